@@ -1,0 +1,1 @@
+"""rafrx: a streaming message model for LLM agents, on ReactiveX."""
