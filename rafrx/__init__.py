@@ -1,1 +1,131 @@
-"""rafrx: a streaming message model for LLM agents, on ReactiveX."""
+"""rafrx: a streaming message model for LLM agents, on ReactiveX.
+
+An LLM provider's SSE stream becomes an ``Observable`` of typed updates;
+composable operators turn it into :mod:`~rafrx.content` items, events and
+finally one :class:`AgentResponse`.
+
+Example:
+    >>> import reactivex
+    >>> from rafrx import updates, operators as ops, FinishReason
+    >>> stream = reactivex.from_iterable(
+    ...     [updates.TextDelta("Hello"), updates.Finish(FinishReason.STOP)])
+    >>> stream.pipe(ops.convert(), ops.aggregate()).run().text
+    'Hello'
+"""
+
+from rafrx import content, errors, events, operators, updates
+from rafrx.content import (
+    Content,
+    ErrorContent,
+    ReasoningContent,
+    ResponseMetadata,
+    TextContent,
+    ToolCallArgsContent,
+    ToolCallArgsParsedContent,
+    ToolCallArgsProgressContent,
+    ToolCalledContent,
+    ToolCallEndContent,
+    ToolCallingContent,
+    ToolCallStartContent,
+    UriContent,
+    UsageContent,
+)
+from rafrx.errors import (
+    ConnectTimeout,
+    ContentTypeError,
+    HTTPStatusError,
+    IdleTimeout,
+    IncompleteStream,
+    InvalidToolArguments,
+    LimitExceeded,
+    MalformedEvent,
+    MaxStepsExceeded,
+    ProtocolError,
+    ProviderError,
+    RafrxError,
+    StreamInterrupted,
+    StreamTimeout,
+    ToolApprovalDenied,
+    ToolError,
+    ToolExecutionError,
+    ToolNotFound,
+    ToolTimeout,
+    TransportError,
+)
+from rafrx.events import Event, FinishEvent, ResponseStartedEvent, ToolApprovalRequestEvent
+from rafrx.messages import ChatMessage, MessageRole, MessageSource, ToolCall
+from rafrx.operators import (
+    accumulate_tool_calls,
+    aggregate,
+    convert,
+    flush_tool_calls,
+    parse_args_stream,
+    split_legacy_delta,
+)
+from rafrx.operators._aggregate import collect_agent_response
+from rafrx.response import AgentResponse, AgentResponseResult, FinishReason, Usage
+from rafrx.updates import AgentResponseUpdate
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AgentResponse",
+    "AgentResponseResult",
+    "AgentResponseUpdate",
+    "ChatMessage",
+    "ConnectTimeout",
+    "Content",
+    "ContentTypeError",
+    "ErrorContent",
+    "Event",
+    "FinishEvent",
+    "FinishReason",
+    "HTTPStatusError",
+    "IdleTimeout",
+    "IncompleteStream",
+    "InvalidToolArguments",
+    "LimitExceeded",
+    "MalformedEvent",
+    "MaxStepsExceeded",
+    "MessageRole",
+    "MessageSource",
+    "ProtocolError",
+    "ProviderError",
+    "RafrxError",
+    "ReasoningContent",
+    "ResponseMetadata",
+    "ResponseStartedEvent",
+    "StreamInterrupted",
+    "StreamTimeout",
+    "TextContent",
+    "ToolApprovalDenied",
+    "ToolApprovalRequestEvent",
+    "ToolCall",
+    "ToolCallArgsContent",
+    "ToolCallArgsParsedContent",
+    "ToolCallArgsProgressContent",
+    "ToolCallEndContent",
+    "ToolCallStartContent",
+    "ToolCalledContent",
+    "ToolCallingContent",
+    "ToolError",
+    "ToolExecutionError",
+    "ToolNotFound",
+    "ToolTimeout",
+    "TransportError",
+    "UriContent",
+    "Usage",
+    "UsageContent",
+    "accumulate_tool_calls",
+    "aggregate",
+    "collect_agent_response",
+    "content",
+    "convert",
+    "errors",
+    "events",
+    "flush_tool_calls",
+    "operators",
+    "parse_args_stream",
+    "split_legacy_delta",
+    "updates",
+]

@@ -161,9 +161,7 @@ class HTTPStatusError(RafrxError):
             message = f"HTTP {status}"
             if provider_message:
                 message += f": {provider_message}"
-        super().__init__(
-            message, status=status, body=body, retryable=status in _RETRYABLE_STATUSES
-        )
+        super().__init__(message, status=status, body=body, retryable=status in _RETRYABLE_STATUSES)
         self.provider_message = provider_message
         self.error_type = error_type
         self.retry_after = retry_after

@@ -1,0 +1,232 @@
+"""The 12 :data:`Content` variants: the public items of a converted stream.
+
+Every variant is a frozen value with a keyword-only ``meta``
+(:class:`ResponseMetadata`) that stays out of ``__match_args__``, so pattern
+matching reads naturally:
+
+    >>> def show(content: Content) -> str:
+    ...     match content:
+    ...         case TextContent(text):
+    ...             return text
+    ...         case ToolCallStartContent(call_id, name):
+    ...             return f"calling {name} ({call_id})"
+    ...         case _:
+    ...             return ""
+    >>> show(TextContent("Hello")), show(ToolCallStartContent("call_1", "read_file"))
+    ('Hello', 'calling read_file (call_1)')
+
+The tool-call lifecycle, per ``call_id``: :class:`ToolCallStartContent` →
+:class:`ToolCallArgsContent` (raw deltas; with :class:`ToolCallArgsProgressContent`
+and :class:`ToolCallArgsParsedContent` parsed while they stream) →
+:class:`ToolCallEndContent` → :class:`ToolCallingContent` (complete, parsed, ready
+to run) → :class:`ToolCalledContent` (the tool's result or error).
+"""
+
+from __future__ import annotations
+
+from typing import Any, final
+
+import attrs
+
+from rafrx.response import Usage
+
+__all__ = [
+    "Content",
+    "ErrorContent",
+    "ReasoningContent",
+    "ResponseMetadata",
+    "TextContent",
+    "ToolCallArgsContent",
+    "ToolCallArgsParsedContent",
+    "ToolCallArgsProgressContent",
+    "ToolCallEndContent",
+    "ToolCalledContent",
+    "ToolCallingContent",
+    "ToolCallStartContent",
+    "UriContent",
+    "UsageContent",
+]
+
+
+@final
+@attrs.frozen
+class ResponseMetadata:
+    """Which response (and model) a content item belongs to."""
+
+    id: str | None = None
+    model: str | None = None
+
+
+_EMPTY = ResponseMetadata()
+
+
+def _meta() -> Any:
+    return attrs.field(default=_EMPTY, kw_only=True, repr=False)
+
+
+class _HtmlRepr:
+    """Mixin: rich display of content in Jupyter."""
+
+    __slots__ = ()
+
+    def _repr_html_(self) -> str:
+        from rafrx.notebook import content_html
+
+        return content_html(self)  # type: ignore[arg-type]
+
+
+@final
+@attrs.frozen
+class TextContent(_HtmlRepr):
+    """A piece of assistant text."""
+
+    text: str
+    meta: ResponseMetadata = _meta()
+
+
+@final
+@attrs.frozen
+class ReasoningContent(_HtmlRepr):
+    """A piece of reasoning ("thinking") text.
+
+    ``provider_data`` is an opaque block to send back with the assistant
+    message (e.g. an Anthropic thinking signature); usually ``None``.
+    """
+
+    text: str
+    meta: ResponseMetadata = _meta()
+    provider_data: Any = attrs.field(default=None, kw_only=True, repr=False)
+
+
+@final
+@attrs.frozen
+class UriContent(_HtmlRepr):
+    """A URI the model cited or produced (citation, annotation, file)."""
+
+    uri: str
+    media_type: str | None = None
+    meta: ResponseMetadata = _meta()
+
+
+@final
+@attrs.frozen
+class ToolCallStartContent(_HtmlRepr):
+    """① The model began a tool call; no arguments yet."""
+
+    call_id: str
+    name: str
+    meta: ResponseMetadata = _meta()
+
+
+@final
+@attrs.frozen
+class ToolCallArgsContent(_HtmlRepr):
+    """② A raw fragment of the call's JSON arguments."""
+
+    call_id: str
+    args_delta: str
+    meta: ResponseMetadata = _meta()
+
+
+@final
+@attrs.frozen
+class ToolCallArgsParsedContent(_HtmlRepr):
+    """②b A top-level argument is complete: ``value == json.loads(args)[name]``."""
+
+    call_id: str
+    name: str
+    value: Any
+    meta: ResponseMetadata = _meta()
+
+
+@final
+@attrs.frozen
+class ToolCallArgsProgressContent(_HtmlRepr):
+    """②c A top-level string argument grew.
+
+    ``received`` is the UTF-8 size in bytes of the decoded value so far;
+    ``value`` the newly decoded text (whole code points).
+    """
+
+    call_id: str
+    name: str
+    received: int
+    value: str
+    meta: ResponseMetadata = _meta()
+
+
+@final
+@attrs.frozen
+class ToolCallEndContent(_HtmlRepr):
+    """③ The call's arguments are complete (not yet parsed)."""
+
+    call_id: str
+    meta: ResponseMetadata = _meta()
+
+
+@final
+@attrs.frozen
+class ToolCallingContent(_HtmlRepr):
+    """④ A complete call, parsed and ready to execute.
+
+    ``error`` is set (and ``arguments`` is ``None``) when the arguments are
+    not valid JSON; ``raw_arguments`` always keeps the exact string received.
+    """
+
+    call_id: str
+    name: str
+    arguments: Any
+    raw_arguments: str = ""
+    error: str | None = None
+    meta: ResponseMetadata = _meta()
+
+
+def _exclusive(instance: ToolCalledContent, attribute: Any, value: Any) -> None:
+    if value is not None and instance.result is not None:
+        raise ValueError("ToolCalledContent takes a result or an error, not both")
+
+
+@final
+@attrs.frozen
+class ToolCalledContent(_HtmlRepr):
+    """⑤ The tool ran: ``result`` on success, ``error`` otherwise (never both)."""
+
+    call_id: str
+    result: str | None = None
+    error: str | None = attrs.field(default=None, validator=_exclusive)
+    meta: ResponseMetadata = _meta()
+
+
+@final
+@attrs.frozen
+class UsageContent(_HtmlRepr):
+    """Token usage of one LLM call."""
+
+    usage: Usage
+    meta: ResponseMetadata = _meta()
+
+
+@final
+@attrs.frozen
+class ErrorContent(_HtmlRepr):
+    """The stream failed; the observable's ``on_error`` follows with the exception."""
+
+    message: str
+    meta: ResponseMetadata = _meta()
+
+
+Content = (
+    TextContent
+    | ReasoningContent
+    | UriContent
+    | ToolCallStartContent
+    | ToolCallArgsContent
+    | ToolCallArgsParsedContent
+    | ToolCallArgsProgressContent
+    | ToolCallEndContent
+    | ToolCallingContent
+    | ToolCalledContent
+    | UsageContent
+    | ErrorContent
+)
+"""Any of the 12 content variants."""

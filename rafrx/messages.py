@@ -1,0 +1,303 @@
+"""Chat messages: what goes into an LLM call and what a turn adds to history.
+
+Example:
+    >>> msg = ChatMessage.assistant_with_tools(
+    ...     "Reading it.", [ToolCall("call_1", "read_file", {"path": "a.py"})])
+    >>> msg.to_openai()["tool_calls"][0]["function"]
+    {'name': 'read_file', 'arguments': '{"path": "a.py"}'}
+    >>> ChatMessage.from_openai(msg.to_openai()) == msg
+    True
+
+Messages convert to and from the OpenAI chat wire format (:meth:`ChatMessage.to_openai`,
+:meth:`ChatMessage.from_openai`) and the Anthropic Messages format
+(:func:`to_anthropic`, :func:`from_anthropic`). ``source`` is rafrx's own
+bookkeeping (see :class:`MessageSource`) and never goes on the wire.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, final
+
+import attrs
+
+__all__ = [
+    "ChatMessage",
+    "MessageRole",
+    "MessageSource",
+    "ToolCall",
+    "from_anthropic",
+    "to_anthropic",
+]
+
+
+class MessageRole(enum.StrEnum):
+    """Who speaks."""
+
+    SYSTEM = "system"
+    USER = "user"
+    ASSISTANT = "assistant"
+    TOOL = "tool"
+
+
+class MessageSource(enum.StrEnum):
+    """Where a message came from; history providers use it to avoid re-saving."""
+
+    EXTERNAL = "external"
+    CHAT_HISTORY = "chat_history"
+    CONTEXT_PROVIDER = "context_provider"
+    TOOL_RESULT = "tool_result"
+
+
+@final
+@attrs.frozen
+class ToolCall:
+    """A tool call the model made; ``arguments`` is the parsed JSON.
+
+    When the arguments were not valid JSON, ``arguments`` is ``None``,
+    ``error`` says why and ``raw_arguments`` keeps the exact string.
+    """
+
+    id: str
+    name: str
+    arguments: Any = attrs.field(factory=dict)
+    raw_arguments: str | None = attrs.field(default=None, kw_only=True)
+    error: str | None = attrs.field(default=None, kw_only=True)
+
+    def arguments_json(self) -> str:
+        """The arguments as the JSON string the wire formats carry."""
+        if self.raw_arguments is not None and (self.error is not None or self.arguments is None):
+            return self.raw_arguments
+        return json.dumps(self.arguments, ensure_ascii=False)
+
+
+def _tuple_or_none(value: Iterable[ToolCall] | None) -> tuple[ToolCall, ...] | None:
+    return None if value is None else tuple(value)
+
+
+@final
+@attrs.frozen
+class ChatMessage:
+    """One message of a conversation (OpenAI-compatible shape).
+
+    Beyond the OpenAI fields, assistant messages keep ``reasoning`` (the
+    reasoning text) and ``provider_data`` (opaque blocks such as Anthropic
+    thinking signatures) because DeepSeek and Anthropic reject a tool-loop
+    continuation that drops them.
+    """
+
+    role: MessageRole = attrs.field(converter=MessageRole)
+    content: str = ""
+    name: str | None = None
+    tool_calls: tuple[ToolCall, ...] | None = attrs.field(default=None, converter=_tuple_or_none)
+    tool_call_id: str | None = None
+    source: MessageSource | None = None
+    reasoning: str | None = attrs.field(default=None, kw_only=True)
+    provider_data: Mapping[str, Any] | None = attrs.field(default=None, kw_only=True)
+
+    # ------------------------------------------------------------ constructors
+
+    @classmethod
+    def system(cls, text: str, *, source: MessageSource | None = None) -> ChatMessage:
+        """A system instruction."""
+        return cls(MessageRole.SYSTEM, text, source=source)
+
+    @classmethod
+    def user(cls, text: str, *, source: MessageSource | None = None) -> ChatMessage:
+        """A user message."""
+        return cls(MessageRole.USER, text, source=source)
+
+    @classmethod
+    def assistant(cls, text: str, *, source: MessageSource | None = None) -> ChatMessage:
+        """An assistant reply with text only."""
+        return cls(MessageRole.ASSISTANT, text, source=source)
+
+    @classmethod
+    def assistant_with_tools(
+        cls, text: str, tool_calls: Iterable[ToolCall], *, source: MessageSource | None = None
+    ) -> ChatMessage:
+        """An assistant reply that calls tools."""
+        return cls(MessageRole.ASSISTANT, text, tool_calls=tuple(tool_calls), source=source)
+
+    @classmethod
+    def tool(
+        cls, result: str, call_id: str, *, source: MessageSource | None = MessageSource.TOOL_RESULT
+    ) -> ChatMessage:
+        """A tool's result, answering the call ``call_id``."""
+        return cls(MessageRole.TOOL, result, tool_call_id=call_id, source=source)
+
+    def with_source(self, source: MessageSource | None) -> ChatMessage:
+        """The same message marked with another source."""
+        return attrs.evolve(self, source=source)
+
+    # ------------------------------------------------------------ OpenAI wire
+
+    def to_openai(self) -> dict[str, Any]:
+        """The OpenAI chat-completions message dict (arguments as JSON strings).
+
+        ``reasoning`` goes out as ``reasoning_content`` (DeepSeek's field).
+        """
+        out: dict[str, Any] = {"role": self.role.value, "content": self.content}
+        if self.name is not None:
+            out["name"] = self.name
+        if self.tool_calls is not None:
+            out["tool_calls"] = [
+                {
+                    "id": call.id,
+                    "type": "function",
+                    "function": {"name": call.name, "arguments": call.arguments_json()},
+                }
+                for call in self.tool_calls
+            ]
+            if not self.content:
+                out["content"] = None
+        if self.tool_call_id is not None:
+            out["tool_call_id"] = self.tool_call_id
+        if self.reasoning is not None:
+            out["reasoning_content"] = self.reasoning
+        return out
+
+    @classmethod
+    def from_openai(cls, data: Mapping[str, Any]) -> ChatMessage:
+        """Build a message from an OpenAI chat message dict.
+
+        Content given as a list of parts is joined; tool-call arguments are
+        parsed (invalid JSON keeps the raw string and an ``error``).
+        """
+        calls = data.get("tool_calls")
+        return cls(
+            MessageRole(data["role"]),
+            _text_of(data.get("content")),
+            name=data.get("name"),
+            tool_calls=None if calls is None else [_call_from_openai(c) for c in calls],
+            tool_call_id=data.get("tool_call_id"),
+            reasoning=data.get("reasoning_content"),
+        )
+
+    def _repr_html_(self) -> str:
+        from rafrx.notebook import message_html
+
+        return message_html(self)
+
+
+def _text_of(content: Any) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    parts: Sequence[Any] = content
+    return "".join(
+        p.get("text", "") if isinstance(p, Mapping) else str(p)
+        for p in parts
+        if not isinstance(p, Mapping) or p.get("type", "text") in ("text", "input_text")
+    )
+
+
+def _call_from_openai(data: Mapping[str, Any]) -> ToolCall:
+    function = data.get("function") or {}
+    raw = function.get("arguments")
+    if raw is None or isinstance(raw, str):
+        return _parsed_call(data.get("id") or "", function.get("name") or "", raw or "")
+    return ToolCall(data.get("id") or "", function.get("name") or "", raw)
+
+
+def _parsed_call(call_id: str, name: str, raw: str) -> ToolCall:
+    if raw.strip() == "":
+        return ToolCall(call_id, name, {})
+    try:
+        return ToolCall(call_id, name, json.loads(raw))
+    except ValueError as exc:
+        return ToolCall(call_id, name, None, raw_arguments=raw, error=f"invalid JSON: {exc}")
+
+
+# ------------------------------------------------------------ Anthropic wire
+
+#: ``provider_data`` key holding an assistant message's Anthropic thinking blocks.
+ANTHROPIC_THINKING = "anthropic_thinking"
+
+
+def to_anthropic(messages: Iterable[ChatMessage]) -> tuple[str | None, list[dict[str, Any]]]:
+    """Convert messages to Anthropic's ``(system, messages)`` pair.
+
+    System messages are joined into ``system``; tool calls become
+    ``tool_use`` blocks; consecutive tool results become one user message of
+    ``tool_result`` blocks; thinking blocks kept in ``provider_data`` go first.
+
+    Example:
+        >>> system, wire = to_anthropic([ChatMessage.system("Be brief."), ChatMessage.user("Hi")])
+        >>> system, wire
+        ('Be brief.', [{'role': 'user', 'content': [{'type': 'text', 'text': 'Hi'}]}])
+    """
+    system: list[str] = []
+    out: list[dict[str, Any]] = []
+    for msg in messages:
+        if msg.role is MessageRole.SYSTEM:
+            system.append(msg.content)
+            continue
+        if msg.role is MessageRole.TOOL:
+            block = {"type": "tool_result", "tool_use_id": msg.tool_call_id, "content": msg.content}
+            if out and out[-1]["role"] == "user" and _all_tool_results(out[-1]["content"]):
+                out[-1]["content"].append(block)
+            else:
+                out.append({"role": "user", "content": [block]})
+            continue
+        blocks: list[dict[str, Any]] = []
+        if msg.provider_data and msg.provider_data.get(ANTHROPIC_THINKING):
+            blocks.extend(dict(b) for b in msg.provider_data[ANTHROPIC_THINKING])
+        if msg.content:
+            blocks.append({"type": "text", "text": msg.content})
+        for call in msg.tool_calls or ():
+            blocks.append(
+                {"type": "tool_use", "id": call.id, "name": call.name, "input": call.arguments}
+            )
+        out.append({"role": msg.role.value, "content": blocks})
+    return ("\n\n".join(system) if system else None), out
+
+
+def _all_tool_results(blocks: list[dict[str, Any]]) -> bool:
+    return all(b.get("type") == "tool_result" for b in blocks)
+
+
+def from_anthropic(system: str | None, messages: Iterable[Mapping[str, Any]]) -> list[ChatMessage]:
+    """Rebuild :class:`ChatMessage` values from Anthropic's ``(system, messages)``.
+
+    The inverse of :func:`to_anthropic`: tool_result blocks become one TOOL
+    message each, thinking blocks go back into ``provider_data``.
+    """
+    out: list[ChatMessage] = []
+    if system is not None:
+        out.append(ChatMessage.system(system))
+    for msg in messages:
+        content = msg["content"]
+        if isinstance(content, str):
+            out.append(ChatMessage(MessageRole(msg["role"]), content))
+            continue
+        results = [b for b in content if b.get("type") == "tool_result"]
+        if results and len(results) == len(content):
+            out.extend(
+                ChatMessage.tool(_text_of(b.get("content")), b["tool_use_id"], source=None)
+                for b in results
+            )
+            continue
+        text = "".join(b["text"] for b in content if b.get("type") == "text")
+        calls = [
+            ToolCall(b["id"], b["name"], b.get("input", {}))
+            for b in content
+            if b.get("type") == "tool_use"
+        ]
+        thinking = tuple(
+            dict(b) for b in content if b.get("type") in ("thinking", "redacted_thinking")
+        )
+        reasoning = "".join(b.get("thinking", "") for b in thinking) or None
+        out.append(
+            ChatMessage(
+                MessageRole(msg["role"]),
+                text,
+                tool_calls=calls or None,
+                reasoning=reasoning,
+                provider_data={ANTHROPIC_THINKING: thinking} if thinking else None,
+            )
+        )
+    return out

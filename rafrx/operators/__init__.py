@@ -1,0 +1,231 @@
+"""The converter pipeline as composable ReactiveX operator factories.
+
+Each factory returns an :data:`~rafrx.typing.Operator` for ``.pipe(...)``; state
+lives per subscription, so a piped observable can be subscribed many times.
+User operators slot in anywhere between them.
+
+Example:
+    >>> import reactivex
+    >>> from rafrx import updates as u
+    >>> from rafrx.response import FinishReason
+    >>> stream = reactivex.from_iterable([
+    ...     u.TextDelta("Let me check."),
+    ...     u.ToolCallDelta(0, id="call_1", name="weather", arguments_delta='{"city": "Pa'),
+    ...     u.ToolCallDelta(0, arguments_delta='ris"}'),
+    ...     u.Finish(FinishReason.TOOL_CALLS),
+    ... ])
+    >>> response = stream.pipe(convert(), aggregate()).run()
+    >>> response.text, response.tool_calls[0].arguments
+    ('Let me check.', {'city': 'Paris'})
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from rafrx.typing import Operator
+
+if TYPE_CHECKING:
+    from rafrx.response import AgentResponse, AgentResponseResult
+    from rafrx.updates import AgentResponseUpdate
+
+__all__ = [
+    "accumulate_tool_calls",
+    "aggregate",
+    "convert",
+    "flush_tool_calls",
+    "parse_args_stream",
+    "split_legacy_delta",
+]
+
+
+def split_legacy_delta() -> Operator[AgentResponseUpdate, AgentResponseUpdate]:
+    """Split flat ``ToolCallDelta`` updates into ``ToolCallStart/Args/End``.
+
+    Each wire index becomes one call: ``ToolCallStart`` as soon as it has a
+    name (arguments that arrive earlier are held back until then), with the
+    first non-empty id seen, else a generated one; a different non-empty id
+    on a known index starts a new call. ``ToolCallArgs`` per non-empty delta;
+    ``ToolCallEnd`` for every open call, in start order, just before
+    ``Finish`` (or at completion). Other updates pass unchanged.
+
+    .. marble::
+        :text:
+
+        -D(0,id=a,name=f,"{")--D(0,"}")--T("hi")--F-|
+        [   split_legacy_delta()                     ]
+        -(S(a,f),A(a,"{"))-----A(a,"}")--T("hi")--(E(a),F)-|
+
+    Example:
+        >>> import reactivex
+        >>> from rafrx import updates as u
+        >>> out = []
+        >>> _ = reactivex.from_iterable([u.ToolCallDelta(0, name="f", arguments_delta="{}")]
+        ...     ).pipe(split_legacy_delta()).subscribe(out.append)
+        >>> [type(x).__name__ for x in out]
+        ['ToolCallStart', 'ToolCallArgs', 'ToolCallEnd']
+    """
+    from rafrx.operators._split_legacy_delta import split_legacy_delta as _op
+
+    return _op()
+
+
+def accumulate_tool_calls(
+    max_argument_chars: int = 64 * 1024 * 1024,
+) -> Operator[AgentResponseUpdate, AgentResponseResult]:
+    """Turn updates into :class:`~rafrx.AgentResponseResult` chunks, one per update.
+
+    Tracks each tool call by ``call_id`` (parallel and interleaved calls stay
+    apart; duplicate starts are dropped). An LLM call begins with the first
+    update, and with the first update after a ``Finish``: its first result
+    carries ``ResponseStartedEvent``, the ``Finish`` result ``FinishEvent``.
+    ``id``/``model`` come from ``ResponseMetadata`` updates. An ``Error``
+    update, or an upstream error, gives one result holding ``ErrorContent``
+    and then the error. Arguments past ``max_argument_chars`` fail the stream
+    with :class:`~rafrx.errors.LimitExceeded`.
+
+    .. marble::
+        :text:
+
+        -M(id)--T("a")--S(c,f)--A(c,"{}")--E(c)--F-|
+        [   accumulate_tool_calls()                 ]
+        -r1-----r2------r3------r4---------r5----r6-|
+        r1: events=(ResponseStartedEvent,)   r6: events=(FinishEvent,)
+
+    Example:
+        >>> import reactivex
+        >>> from rafrx import updates as u
+        >>> out = []
+        >>> _ = reactivex.of(u.TextDelta("Hi")).pipe(accumulate_tool_calls()).subscribe(out.append)
+        >>> out[0].contents, type(out[0].events[0]).__name__
+        ((TextContent(text='Hi'),), 'ResponseStartedEvent')
+    """
+    from rafrx.operators._accumulate_tool_calls import accumulate_tool_calls as _op
+
+    return _op(max_argument_chars)
+
+
+def parse_args_stream() -> Operator[AgentResponseResult, AgentResponseResult]:
+    """Parse tool-call arguments while they stream.
+
+    After each ``ToolCallArgsContent`` (in the same result) come one
+    ``ToolCallArgsProgressContent`` while a top-level string value grows and
+    one ``ToolCallArgsParsedContent`` the moment a top-level member is
+    complete (its value equals ``json.loads(arguments)[name]``). The work is
+    linear in the argument size; invalid JSON stops the events for that call
+    without an exception. A parsable prefix never ends a call.
+
+    .. marble::
+        :text:
+
+        -A(c,'{"path": "a.')----A(c,'py", "n": 1}')-----------|
+        [   parse_args_stream()                                 ]
+        -(A,Progress(path,"a."))-(A,Progress(path,"py"),Parsed(path),Parsed(n))-|
+
+    Example:
+        >>> import reactivex
+        >>> from rafrx import updates as u
+        >>> out = []
+        >>> _ = reactivex.from_iterable([u.ToolCallStart("c", "f"), u.ToolCallArgs("c", '{"n": 1}')]
+        ...     ).pipe(accumulate_tool_calls(), parse_args_stream()).subscribe(out.append)
+        >>> out[-1].contents[-1]
+        ToolCallArgsParsedContent(call_id='c', name='n', value=1)
+    """
+    from rafrx.operators._parse_args_stream import parse_args_stream as _op
+
+    return _op()
+
+
+def flush_tool_calls(eager: bool = False) -> Operator[AgentResponseResult, AgentResponseResult]:
+    """Emit one ``ToolCallingContent`` per ended call, parsed and ready to run.
+
+    By default they come in start order, in one result after the last
+    upstream item; with ``eager=True`` each comes right after its
+    ``ToolCallEndContent`` (so tools can start while the model streams the
+    next call). ``""`` arguments become ``{}``; invalid JSON sets ``error``
+    and keeps ``raw_arguments``. A call whose arguments never ended (the
+    stream failed or was cut) is never flushed.
+
+    .. marble::
+        :text:
+
+        -S(a)--A(a)--E(a)--F--|
+        [ flush_tool_calls()   ]
+        -S(a)--A(a)--E(a)--F--Calling(a)-|
+
+    Example:
+        >>> import reactivex
+        >>> from rafrx import updates as u
+        >>> out = []
+        >>> _ = reactivex.from_iterable([u.ToolCallStart("c", "f"), u.ToolCallEnd("c")]
+        ...     ).pipe(accumulate_tool_calls(), flush_tool_calls()).subscribe(out.append)
+        >>> out[-1].contents
+        (ToolCallingContent(call_id='c', name='f', arguments={}, raw_arguments='', error=None),)
+    """
+    from rafrx.operators._flush_tool_calls import flush_tool_calls as _op
+
+    return _op(eager)
+
+
+def convert(
+    eager: bool = False, max_argument_chars: int = 64 * 1024 * 1024
+) -> Operator[AgentResponseUpdate, AgentResponseResult]:
+    """The four converter operators composed, for one LLM call.
+
+    ``convert()`` behaves exactly like ``pipe(split_legacy_delta(),
+    accumulate_tool_calls(), parse_args_stream(), flush_tool_calls())`` but
+    runs the four stages in one subscription (no observables in between),
+    which keeps the per-chunk cost low.
+
+    .. marble::
+        :text:
+
+        -T("Hi")--D(0,f,"{}")--F-|
+        [        convert()        ]
+        -r(Text)--r(Start,Args,Parsed?)--r(End)r(Finish)--r(Calling)-|
+    """
+    from rafrx.operators._accumulate_tool_calls import ToolCallAccumulator
+    from rafrx.operators._flush_tool_calls import ToolCallFlusher
+    from rafrx.operators._parse_args_stream import ArgsStreamParser
+    from rafrx.operators._reducer import Chain, reducer_operator
+    from rafrx.operators._split_legacy_delta import LegacyDeltaSplitter
+
+    def chain() -> Chain[AgentResponseUpdate, AgentResponseResult]:
+        return Chain(
+            LegacyDeltaSplitter(),
+            ToolCallAccumulator(max_argument_chars),
+            ArgsStreamParser(),
+            ToolCallFlusher(eager),
+        )
+
+    return reducer_operator(chain)
+
+
+def aggregate(agent_id: str | None = None) -> Operator[AgentResponseResult, AgentResponse]:
+    """Fold result chunks into one :class:`~rafrx.AgentResponse` at completion.
+
+    ``text`` is all assistant text in order; ``reasoning_text`` is ``None``
+    when there was none; ``tool_calls`` come from ``ToolCallingContent``,
+    ``tool_messages`` from ``ToolCalledContent``; ``turn_transcript`` holds,
+    per LLM call, the assistant message (with its tool calls) and its tool
+    messages in call start order, then the final assistant message; usage is
+    summed over LLM calls (the last report within a call counts). On an
+    upstream :class:`~rafrx.errors.RafrxError` the same error is re-raised
+    with ``.partial`` set to the response built so far.
+
+    .. marble::
+        :text:
+
+        -r1--r2--r3--|
+        [ aggregate() ]
+        -------------R|
+
+    Example:
+        >>> import reactivex
+        >>> from rafrx import updates as u
+        >>> reactivex.of(u.TextDelta("Hi")).pipe(accumulate_tool_calls(), aggregate()).run().text
+        'Hi'
+    """
+    from rafrx.operators._aggregate import aggregate as _op
+
+    return _op(agent_id)

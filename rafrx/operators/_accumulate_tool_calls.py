@@ -1,0 +1,146 @@
+"""``accumulate_tool_calls``: updates → :class:`AgentResponseResult` chunks."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from rafrx import updates as u
+from rafrx.content import (
+    Content,
+    ErrorContent,
+    ReasoningContent,
+    ResponseMetadata,
+    TextContent,
+    ToolCallArgsContent,
+    ToolCalledContent,
+    ToolCallEndContent,
+    ToolCallStartContent,
+    UriContent,
+    UsageContent,
+)
+from rafrx.errors import LimitExceeded, ProtocolError, ProviderError
+from rafrx.events import Event, FinishEvent, ResponseStartedEvent, ToolApprovalRequestEvent
+from rafrx.operators._reducer import reducer_operator
+from rafrx.response import AgentResponseResult
+from rafrx.typing import Operator
+
+__all__ = ["DEFAULT_MAX_ARGUMENT_CHARS", "ToolCallAccumulator", "accumulate_tool_calls"]
+
+#: Default cap on one call's arguments (characters); past it the stream fails.
+DEFAULT_MAX_ARGUMENT_CHARS = 64 * 1024 * 1024
+
+
+class _Call:
+    __slots__ = ("ended", "name", "size")
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.size = 0
+        self.ended = False
+
+
+class ToolCallAccumulator:
+    """The reducer behind :func:`accumulate_tool_calls`.
+
+    Example:
+        >>> acc = ToolCallAccumulator()
+        >>> [r.contents for r in acc.step(u.TextDelta("Hi"))]
+        [(TextContent(text='Hi'),)]
+        >>> acc.step(u.TextDelta("!"))[0].events
+        ()
+    """
+
+    __slots__ = ("_calls", "_id", "_in_call", "_max", "_meta", "_model")
+
+    def __init__(self, max_argument_chars: int = DEFAULT_MAX_ARGUMENT_CHARS) -> None:
+        self._id: str | None = None
+        self._model: str | None = None
+        self._meta = ResponseMetadata()
+        self._calls: dict[str, _Call] = {}
+        self._in_call = False
+        self._max = max_argument_chars
+
+    def _result(
+        self, contents: tuple[Content, ...], events: tuple[Event, ...] = ()
+    ) -> AgentResponseResult:
+        if not self._in_call:
+            self._in_call = True
+            events = (ResponseStartedEvent(self._id, self._model), *events)
+        return AgentResponseResult(self._id, self._model, None, contents, events)
+
+    def step(self, update: u.AgentResponseUpdate) -> Sequence[AgentResponseResult]:
+        meta = self._meta
+        match update:
+            case u.TextDelta(delta):
+                return (self._result((TextContent(delta, meta=meta),)),)
+            case u.ToolCallArgs(call_id, args_delta):
+                call = self._calls.get(call_id)
+                if call is None or call.ended:
+                    raise ProtocolError(f"arguments for a tool call that is not open: {call_id!r}")
+                call.size += len(args_delta)
+                if call.size > self._max:
+                    raise LimitExceeded(
+                        f"arguments of tool call {call_id!r} ({call.name}) exceed "
+                        f"{self._max} characters",
+                        limit=self._max,
+                    )
+                return (self._result((ToolCallArgsContent(call_id, args_delta, meta=meta),)),)
+            case u.ReasoningDelta(delta):
+                content = ReasoningContent(delta, meta=meta, provider_data=update.provider_data)
+                return (self._result((content,)),)
+            case u.ToolCallStart(call_id, name):
+                if call_id in self._calls:
+                    return ()  # a duplicate start
+                self._calls[call_id] = _Call(name)
+                return (self._result((ToolCallStartContent(call_id, name, meta=meta),)),)
+            case u.ToolCallEnd(call_id):
+                call = self._calls.get(call_id)
+                if call is None or call.ended:
+                    return ()
+                call.ended = True
+                return (self._result((ToolCallEndContent(call_id, meta=meta),)),)
+            case u.Usage(usage):
+                return (self._result((UsageContent(usage, meta=meta),)),)
+            case u.Finish(reason, usage):
+                contents: tuple[Content, ...] = ()
+                if usage is not None:
+                    contents = (UsageContent(usage, meta=meta),)
+                result = self._result(contents, (FinishEvent(reason, usage),))
+                self._in_call = False
+                self._calls.clear()
+                return (
+                    AgentResponseResult(self._id, self._model, reason, contents, result.events),
+                )
+            case u.ResponseMetadata(response_id, model):
+                self._id = response_id if response_id is not None else self._id
+                self._model = model if model is not None else self._model
+                self._meta = ResponseMetadata(self._id, self._model)
+                return (self._result(()),)
+            case u.Uri(uri, media_type):
+                return (self._result((UriContent(uri, media_type, meta=meta),)),)
+            case u.ToolCalled(call_id, result, error):
+                return (self._result((ToolCalledContent(call_id, result, error, meta=meta),)),)
+            case u.ToolApprovalRequest(call_id, name, arguments, description):
+                event = ToolApprovalRequestEvent(call_id, name, arguments, description)
+                return (self._result((), (event,)),)
+            case u.Error(message):
+                raise ProviderError(message, error_type=update.error_type)
+            case u.ToolCallDelta():
+                raise ProtocolError(
+                    "ToolCallDelta reached accumulate_tool_calls(): "
+                    "put split_legacy_delta() before it (or use convert())"
+                )
+        raise TypeError(f"not an AgentResponseUpdate: {update!r}")
+
+    def finish(self) -> Sequence[AgentResponseResult]:
+        return ()
+
+    def fail(self, error: Exception) -> Sequence[AgentResponseResult]:
+        return (self._result((ErrorContent(str(error) or type(error).__name__, meta=self._meta),)),)
+
+
+def accumulate_tool_calls(
+    max_argument_chars: int = DEFAULT_MAX_ARGUMENT_CHARS,
+) -> Operator[u.AgentResponseUpdate, AgentResponseResult]:
+    """See :func:`rafrx.operators.accumulate_tool_calls`."""
+    return reducer_operator(lambda: ToolCallAccumulator(max_argument_chars))

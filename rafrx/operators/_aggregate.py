@@ -1,0 +1,194 @@
+"""``aggregate``: result chunks → one :class:`AgentResponse`."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any
+
+from reactivex import Observable
+
+from rafrx.content import (
+    ReasoningContent,
+    TextContent,
+    ToolCalledContent,
+    ToolCallingContent,
+    ToolCallStartContent,
+    UsageContent,
+)
+from rafrx.errors import RafrxError
+from rafrx.events import FinishEvent, ResponseStartedEvent
+from rafrx.messages import ANTHROPIC_THINKING, ChatMessage, MessageRole, MessageSource, ToolCall
+from rafrx.operators._reducer import reducer_operator
+from rafrx.response import AgentResponse, AgentResponseResult, FinishReason, Usage
+from rafrx.typing import Operator
+
+__all__ = ["ResponseAggregator", "aggregate", "collect_agent_response"]
+
+
+class _Step:
+    """What one LLM call of the turn contributed."""
+
+    __slots__ = ("calls", "order", "provider_data", "reasoning", "results", "text", "usage")
+
+    def __init__(self) -> None:
+        self.text: list[str] = []
+        self.reasoning: list[str] = []
+        self.provider_data: list[Any] = []
+        self.order: list[str] = []  # call ids in start order
+        self.calls: dict[str, ToolCall] = {}
+        self.results: dict[str, ChatMessage] = {}
+        self.usage: Usage | None = None
+
+    def assistant_message(self) -> ChatMessage | None:
+        text = "".join(self.text)
+        reasoning = "".join(self.reasoning) or None
+        calls = [self.calls[i] for i in self.order if i in self.calls]
+        if not (text or calls or reasoning or self.provider_data):
+            return None
+        return ChatMessage(
+            MessageRole.ASSISTANT,
+            text,
+            tool_calls=calls or None,
+            reasoning=reasoning,
+            provider_data={ANTHROPIC_THINKING: tuple(self.provider_data)}
+            if self.provider_data
+            else None,
+        )
+
+    def tool_messages(self) -> list[ChatMessage]:
+        ordered = [self.results[i] for i in self.order if i in self.results]
+        ordered.extend(m for i, m in self.results.items() if i not in self.calls)
+        return ordered
+
+
+def _tool_message(content: ToolCalledContent) -> ChatMessage:
+    text = content.result if content.error is None else f"Error: {content.error}"
+    return ChatMessage.tool(text or "", content.call_id, source=MessageSource.TOOL_RESULT)
+
+
+class ResponseAggregator:
+    """The reducer behind :func:`aggregate`; :meth:`response` is the turn so far."""
+
+    __slots__ = ("_agent_id", "_finish", "_id", "_model", "_steps")
+
+    def __init__(self, agent_id: str | None = None) -> None:
+        self._agent_id = agent_id
+        self._steps: list[_Step] = []
+        self._id: str | None = None
+        self._model: str | None = None
+        self._finish: FinishReason | None = None
+
+    def step(self, result: AgentResponseResult) -> Sequence[AgentResponse]:
+        if result.id is not None:
+            self._id = result.id
+        if result.model is not None:
+            self._model = result.model
+        for event in result.events:
+            if isinstance(event, ResponseStartedEvent) or not self._steps:
+                self._steps.append(_Step())
+            if isinstance(event, FinishEvent):
+                self._finish = event.finish_reason
+                if event.usage is not None:
+                    self._steps[-1].usage = event.usage
+        if not self._steps:
+            self._steps.append(_Step())
+        step = self._steps[-1]
+        for content in result.contents:
+            if isinstance(content, TextContent):
+                step.text.append(content.text)
+            elif isinstance(content, ReasoningContent):
+                step.reasoning.append(content.text)
+                if content.provider_data is not None:
+                    step.provider_data.append(content.provider_data)
+            elif isinstance(content, ToolCallStartContent):
+                step.order.append(content.call_id)
+            elif isinstance(content, ToolCallingContent):
+                if content.call_id not in step.order:
+                    step.order.append(content.call_id)
+                step.calls[content.call_id] = ToolCall(
+                    content.call_id,
+                    content.name,
+                    content.arguments,
+                    raw_arguments=content.raw_arguments if content.error else None,
+                    error=content.error,
+                )
+            elif isinstance(content, ToolCalledContent):
+                step.results[content.call_id] = _tool_message(content)
+            elif isinstance(content, UsageContent):
+                step.usage = content.usage  # cumulative within a call: the last one counts
+        return ()
+
+    def response(self, *, interrupted: bool = False) -> AgentResponse:
+        """The :class:`AgentResponse` of everything seen so far."""
+        transcript: list[ChatMessage] = []
+        tool_calls: list[ToolCall] = []
+        tool_messages: list[ChatMessage] = []
+        usage: Usage | None = None
+        for step in self._steps:
+            message = step.assistant_message()
+            if message is not None:
+                transcript.append(message)
+            tool_calls.extend(step.calls[i] for i in step.order if i in step.calls)
+            results = step.tool_messages()
+            tool_messages.extend(results)
+            transcript.extend(results)
+            if step.usage is not None:
+                usage = step.usage if usage is None else usage + step.usage
+        reasoning = "".join("".join(s.reasoning) for s in self._steps)
+        return AgentResponse(
+            id=self._id,
+            model=self._model,
+            text="".join("".join(s.text) for s in self._steps),
+            reasoning_text=reasoning or None,
+            tool_calls=tool_calls,
+            tool_messages=tool_messages,
+            turn_transcript=transcript,
+            finish_reason=self._finish,
+            usage=usage,
+            source_agent_id=self._agent_id,
+            interrupted=interrupted,
+        )
+
+    def finish(self) -> Sequence[AgentResponse]:
+        return (self.response(),)
+
+    def fail(self, error: Exception) -> Sequence[AgentResponse]:
+        if isinstance(error, RafrxError) and error.partial is None:
+            error.partial = self.response(interrupted=True)
+        return ()
+
+
+def aggregate(agent_id: str | None = None) -> Operator[AgentResponseResult, AgentResponse]:
+    """See :func:`rafrx.operators.aggregate`."""
+    return reducer_operator(lambda: ResponseAggregator(agent_id))
+
+
+async def collect_agent_response(
+    results: Observable[AgentResponseResult], *, agent_id: str | None = None
+) -> AgentResponse:
+    """Await the :class:`AgentResponse` of a stream of results.
+
+    Applies :func:`aggregate` itself. Cancelling the awaiting task disposes
+    the subscription (which aborts the HTTP request of a client source).
+    Works with ``await`` at the top level of a Jupyter cell.
+
+    Raises:
+        RafrxError: the stream's error, with ``.partial`` holding what arrived.
+    """
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[AgentResponse] = loop.create_future()
+
+    def on_next(response: AgentResponse) -> None:
+        if not future.done():
+            future.set_result(response)
+
+    def on_error(error: Exception) -> None:
+        if not future.done():
+            future.set_exception(error)
+
+    subscription = results.pipe(aggregate(agent_id)).subscribe(on_next, on_error)
+    try:
+        return await future
+    finally:
+        subscription.dispose()

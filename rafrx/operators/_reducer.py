@@ -1,0 +1,148 @@
+"""The sans-IO shape every stateful operator shares, and its thin Rx wrapper.
+
+A :class:`Reducer` turns each input item into zero or more outputs
+(``step``), may add outputs at the end (``finish``) or before an upstream
+error is forwarded (``fail``). :func:`reducer_operator` runs a fresh reducer
+per subscription and keeps the Rx grammar: nothing after a terminal event,
+exceptions raised by a reducer become ``on_error``, upstream is disposed on
+error, completion and unsubscribe.
+
+Reducers compose without intermediate observables (:class:`Chain`), which is
+how ``convert()`` runs four operators at the cost of one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, Generic, Protocol, TypeVar
+
+from reactivex import Observable, abc
+from reactivex.disposable import Disposable, SingleAssignmentDisposable
+
+from rafrx.typing import Operator
+
+__all__ = ["Chain", "Reducer", "reducer_operator"]
+
+In = TypeVar("In", contravariant=True)
+Out = TypeVar("Out", covariant=True)
+A = TypeVar("A")
+B = TypeVar("B")
+
+_NOTHING: tuple[()] = ()
+
+
+class Reducer(Protocol[In, Out]):
+    """A pure, per-subscription state machine."""
+
+    def step(self, item: In) -> Sequence[Out]:
+        """Outputs for one input item."""
+        ...
+
+    def finish(self) -> Sequence[Out]:
+        """Outputs owed when the input completes."""
+        ...
+
+    def fail(self, error: Exception) -> Sequence[Out]:
+        """Outputs to emit before the upstream ``error`` is forwarded."""
+        ...
+
+
+class Chain(Generic[A, B]):
+    """Reducers run one after the other, as ``pipe`` would, without observables between.
+
+    ``finish`` and ``fail`` of an earlier stage feed the later stages before
+    those finish (or fail) themselves.
+    """
+
+    __slots__ = ("_stages",)
+
+    def __init__(self, *stages: Reducer[Any, Any]) -> None:
+        self._stages = stages
+
+    def step(self, item: A) -> Sequence[B]:
+        items: Sequence[Any] = (item,)
+        for stage in self._stages:
+            if len(items) == 1:
+                items = stage.step(items[0])
+            else:
+                items = [out for x in items for out in stage.step(x)]
+            if not items:
+                return _NOTHING
+        return items
+
+    def finish(self) -> Sequence[B]:
+        items: list[Any] = []
+        for stage in self._stages:
+            items = [out for x in items for out in stage.step(x)]
+            items.extend(stage.finish())
+        return items
+
+    def fail(self, error: Exception) -> Sequence[B]:
+        items: list[Any] = []
+        for stage in self._stages:
+            items = [out for x in items for out in stage.step(x)]
+            items.extend(stage.fail(error))
+        return items
+
+
+def reducer_operator(factory: Callable[[], Reducer[A, B]]) -> Operator[A, B]:
+    """Wrap a reducer factory as an Rx operator (one reducer per subscription)."""
+
+    def operator(source: Observable[A]) -> Observable[B]:
+        def subscribe(
+            observer: abc.ObserverBase[B], scheduler: abc.SchedulerBase | None = None
+        ) -> abc.DisposableBase:
+            reducer = factory()
+            stopped = False
+            upstream = SingleAssignmentDisposable()
+
+            def stop() -> None:
+                nonlocal stopped
+                stopped = True
+                upstream.dispose()
+
+            def on_next(item: A) -> None:
+                if stopped:
+                    return
+                try:
+                    outputs = reducer.step(item)
+                except Exception as exc:  # a typed protocol error (or a bug): fail like upstream
+                    on_error(exc)
+                    return
+                for out in outputs:
+                    observer.on_next(out)
+
+            def on_error(error: Exception) -> None:
+                if stopped:
+                    return
+                stop()
+                try:
+                    outputs = reducer.fail(error)
+                except Exception as exc:
+                    observer.on_error(exc)
+                    return
+                for out in outputs:
+                    observer.on_next(out)
+                observer.on_error(error)
+
+            def on_completed() -> None:
+                if stopped:
+                    return
+                stop()
+                try:
+                    outputs = reducer.finish()
+                except Exception as exc:
+                    observer.on_error(exc)
+                    return
+                for out in outputs:
+                    observer.on_next(out)
+                observer.on_completed()
+
+            upstream.disposable = source.subscribe(
+                on_next, on_error, on_completed, scheduler=scheduler
+            )
+            return Disposable(stop)
+
+        return Observable(subscribe)
+
+    return operator

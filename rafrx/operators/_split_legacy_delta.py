@@ -1,0 +1,108 @@
+"""``split_legacy_delta``: flat OpenAI tool-call deltas → Start / Args / End updates."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+
+from rafrx.operators._reducer import reducer_operator
+from rafrx.typing import Operator
+from rafrx.updates import (
+    AgentResponseUpdate,
+    Finish,
+    ToolCallArgs,
+    ToolCallDelta,
+    ToolCallEnd,
+    ToolCallStart,
+)
+
+__all__ = ["LegacyDeltaSplitter", "new_call_id", "split_legacy_delta"]
+
+
+def new_call_id() -> str:
+    """A fresh tool-call id for providers that send none (unique across turns)."""
+    return f"call_{uuid.uuid4().hex[:24]}"
+
+
+class _Slot:
+    """The call currently open at one wire index."""
+
+    __slots__ = ("held", "id", "name", "started")
+
+    def __init__(self, call_id: str | None) -> None:
+        self.id = call_id
+        self.name: str | None = None
+        self.started = False
+        self.held: list[str] = []
+
+
+class LegacyDeltaSplitter:
+    """The reducer behind :func:`split_legacy_delta` (one per subscription).
+
+    Example:
+        >>> s = LegacyDeltaSplitter()
+        >>> s.step(ToolCallDelta(0, id="a", name="f", arguments_delta='{"x"'))
+        [ToolCallStart(id='a', name='f'), ToolCallArgs(id='a', args_delta='{"x"')]
+        >>> s.step(ToolCallDelta(0, arguments_delta=": 1}"))
+        [ToolCallArgs(id='a', args_delta=': 1}')]
+        >>> s.finish()
+        [ToolCallEnd(id='a')]
+    """
+
+    __slots__ = ("_open", "_slots")
+
+    def __init__(self) -> None:
+        self._slots: dict[int, _Slot] = {}
+        self._open: list[_Slot] = []  # started calls, in start order
+
+    def step(self, update: AgentResponseUpdate) -> Sequence[AgentResponseUpdate]:
+        if type(update) is ToolCallDelta:
+            return self._delta(update)
+        if type(update) is Finish:
+            out = self._end_all()
+            out.append(update)
+            return out
+        return (update,)
+
+    def finish(self) -> list[AgentResponseUpdate]:
+        return self._end_all()
+
+    def fail(self, error: Exception) -> Sequence[AgentResponseUpdate]:
+        return ()
+
+    def _delta(self, delta: ToolCallDelta) -> list[AgentResponseUpdate]:
+        slot = self._slots.get(delta.index)
+        if slot is None or (delta.id and slot.id and delta.id != slot.id):
+            slot = self._slots[delta.index] = _Slot(delta.id or None)
+        elif delta.id and not slot.id:
+            slot.id = delta.id
+        out: list[AgentResponseUpdate] = []
+        if delta.name and slot.name is None:
+            slot.name = delta.name
+        if slot.started:
+            if delta.arguments_delta:
+                out.append(ToolCallArgs(slot.id or "", delta.arguments_delta))
+            return out
+        if delta.arguments_delta:
+            slot.held.append(delta.arguments_delta)
+        if slot.name is not None:
+            slot.started = True
+            if not slot.id:
+                slot.id = new_call_id()
+            self._open.append(slot)
+            out.append(ToolCallStart(slot.id, slot.name))
+            if slot.held:
+                out.append(ToolCallArgs(slot.id, "".join(slot.held)))
+                slot.held.clear()
+        return out
+
+    def _end_all(self) -> list[AgentResponseUpdate]:
+        out: list[AgentResponseUpdate] = [ToolCallEnd(slot.id or "") for slot in self._open]
+        self._open.clear()
+        self._slots.clear()
+        return out
+
+
+def split_legacy_delta() -> Operator[AgentResponseUpdate, AgentResponseUpdate]:
+    """See :func:`rafrx.operators.split_legacy_delta`."""
+    return reducer_operator(LegacyDeltaSplitter)

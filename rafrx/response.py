@@ -1,0 +1,194 @@
+"""What a stream produces: :class:`AgentResponseResult` chunks and one :class:`AgentResponse`.
+
+Example:
+    >>> total = Usage(prompt_tokens=10, completion_tokens=5, total_tokens=15) + Usage(
+    ...     prompt_tokens=1, completion_tokens=1, total_tokens=2)
+    >>> total.prompt_tokens, total.completion_tokens, total.total_tokens
+    (11, 6, 17)
+    >>> FinishReason.from_provider("tool_use")
+    <FinishReason.TOOL_CALLS: 'tool_calls'>
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import TYPE_CHECKING, Any, final
+
+import attrs
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from rafrx.content import Content
+    from rafrx.events import Event
+    from rafrx.messages import ChatMessage, ToolCall
+
+__all__ = ["AgentResponse", "AgentResponseResult", "FinishReason", "Usage"]
+
+
+def _add_optional(a: int | None, b: int | None) -> int | None:
+    if a is None:
+        return b
+    if b is None:
+        return a
+    return a + b
+
+
+@final
+@attrs.frozen
+class Usage:
+    """Token counts of one or more LLM calls. ``+`` sums them.
+
+    ``reasoning_tokens`` and ``cached_tokens`` stay ``None`` unless the
+    provider reported them.
+    """
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    total_tokens: int = 0
+    reasoning_tokens: int | None = None
+    cached_tokens: int | None = None
+
+    def __add__(self, other: Usage) -> Usage:
+        if not isinstance(other, Usage):
+            return NotImplemented
+        return Usage(
+            prompt_tokens=self.prompt_tokens + other.prompt_tokens,
+            completion_tokens=self.completion_tokens + other.completion_tokens,
+            total_tokens=self.total_tokens + other.total_tokens,
+            reasoning_tokens=_add_optional(self.reasoning_tokens, other.reasoning_tokens),
+            cached_tokens=_add_optional(self.cached_tokens, other.cached_tokens),
+        )
+
+
+class FinishReason(enum.StrEnum):
+    """Why an LLM call stopped, across providers."""
+
+    STOP = "stop"
+    LENGTH = "length"
+    TOOL_CALLS = "tool_calls"
+    CONTENT_FILTER = "content_filter"
+    ERROR = "error"
+    OTHER = "other"
+
+    @classmethod
+    def from_provider(cls, reason: str | None) -> FinishReason:
+        """Map a provider's spelling onto a :class:`FinishReason` (unknown → OTHER).
+
+        Example:
+            >>> FinishReason.from_provider("end_turn"), FinishReason.from_provider("weird")
+            (<FinishReason.STOP: 'stop'>, <FinishReason.OTHER: 'other'>)
+        """
+        if reason is None:
+            return cls.OTHER
+        return _PROVIDER_REASONS.get(reason.lower(), cls.OTHER)
+
+
+_PROVIDER_REASONS: dict[str, FinishReason] = {
+    # OpenAI chat and compatibles
+    "stop": FinishReason.STOP,
+    "length": FinishReason.LENGTH,
+    "tool_calls": FinishReason.TOOL_CALLS,
+    "function_call": FinishReason.TOOL_CALLS,
+    "content_filter": FinishReason.CONTENT_FILTER,
+    "error": FinishReason.ERROR,
+    "eos": FinishReason.STOP,
+    "eos_token": FinishReason.STOP,
+    "max_tokens": FinishReason.LENGTH,
+    "model_length": FinishReason.LENGTH,
+    # Anthropic
+    "end_turn": FinishReason.STOP,
+    "stop_sequence": FinishReason.STOP,
+    "pause_turn": FinishReason.STOP,
+    "tool_use": FinishReason.TOOL_CALLS,
+    "refusal": FinishReason.CONTENT_FILTER,
+    # Responses API statuses and incomplete reasons
+    "completed": FinishReason.STOP,
+    "failed": FinishReason.ERROR,
+    "max_output_tokens": FinishReason.LENGTH,
+    "safety": FinishReason.CONTENT_FILTER,
+    "recitation": FinishReason.CONTENT_FILTER,
+}
+
+
+def _contents(items: Iterable[Content]) -> tuple[Content, ...]:
+    return items if type(items) is tuple else tuple(items)
+
+
+def _events(items: Iterable[Event]) -> tuple[Event, ...]:
+    return items if type(items) is tuple else tuple(items)
+
+
+def _calls(items: Iterable[ToolCall]) -> tuple[ToolCall, ...]:
+    return tuple(items)
+
+
+def _messages(items: Iterable[ChatMessage]) -> tuple[ChatMessage, ...]:
+    return tuple(items)
+
+
+@final
+@attrs.frozen
+class AgentResponseResult:
+    """One chunk of a converted stream: the contents and events of one update.
+
+    Example:
+        >>> from rafrx.content import TextContent
+        >>> AgentResponseResult(contents=[TextContent("Hi")]).contents
+        (TextContent(text='Hi'),)
+    """
+
+    id: str | None = None
+    model: str | None = None
+    finish_reason: FinishReason | None = None
+    contents: tuple[Content, ...] = attrs.field(default=(), converter=_contents)
+    events: tuple[Event, ...] = attrs.field(default=(), converter=_events)
+
+    def _repr_html_(self) -> str:
+        from rafrx.notebook import result_html
+
+        return result_html(self)
+
+
+@final
+@attrs.frozen
+class AgentResponse:
+    """The aggregate of a whole turn: text, reasoning, tool calls and transcript.
+
+    ``text`` is all assistant text of the turn in order; the final answer is
+    ``turn_transcript[-1]``. ``interrupted`` is true for the partial response
+    attached to an error (``err.partial``).
+    """
+
+    id: str | None = None
+    model: str | None = None
+    text: str = ""
+    reasoning_text: str | None = None
+    tool_calls: tuple[ToolCall, ...] = attrs.field(default=(), converter=_calls)
+    tool_messages: tuple[ChatMessage, ...] = attrs.field(default=(), converter=_messages)
+    turn_transcript: tuple[ChatMessage, ...] = attrs.field(default=(), converter=_messages)
+    finish_reason: FinishReason | None = None
+    usage: Usage | None = None
+    source_agent_id: str | None = None
+    interrupted: bool = attrs.field(default=False, kw_only=True)
+
+    def _repr_html_(self) -> str:
+        from rafrx.notebook import response_html
+
+        return response_html(self)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict (messages in OpenAI wire form)."""
+        return {
+            "id": self.id,
+            "model": self.model,
+            "text": self.text,
+            "reasoning_text": self.reasoning_text,
+            "tool_calls": [attrs.asdict(c) for c in self.tool_calls],
+            "tool_messages": [m.to_openai() for m in self.tool_messages],
+            "turn_transcript": [m.to_openai() for m in self.turn_transcript],
+            "finish_reason": None if self.finish_reason is None else str(self.finish_reason),
+            "usage": None if self.usage is None else attrs.asdict(self.usage),
+            "source_agent_id": self.source_agent_id,
+            "interrupted": self.interrupted,
+        }

@@ -1,0 +1,193 @@
+"""The 13 :data:`AgentResponseUpdate` variants: rafrx's internal wire format.
+
+Sources (dialects) turn provider events into these; the operators in
+:mod:`rafrx.operators` turn them into :mod:`rafrx.content` items. Build them
+by hand to test an operator without any provider:
+
+    >>> import reactivex
+    >>> from rafrx import operators as ops
+    >>> from rafrx.response import FinishReason
+    >>> updates = [TextDelta("Hel"), TextDelta("lo"), Finish(FinishReason.STOP)]
+    >>> results = []
+    >>> _ = reactivex.from_iterable(updates).pipe(ops.convert()).subscribe(results.append)
+    >>> "".join(c.text for r in results for c in r.contents)
+    'Hello'
+
+``Usage`` and ``ResponseMetadata`` here are update variants, distinct from
+:class:`rafrx.Usage` (the counts they carry) and :class:`rafrx.ResponseMetadata`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, final
+
+import attrs
+
+from rafrx import response as _response
+from rafrx.response import FinishReason
+
+__all__ = [
+    "AgentResponseUpdate",
+    "Error",
+    "Finish",
+    "ReasoningDelta",
+    "ResponseMetadata",
+    "TextDelta",
+    "ToolApprovalRequest",
+    "ToolCallArgs",
+    "ToolCallDelta",
+    "ToolCallEnd",
+    "ToolCallStart",
+    "ToolCalled",
+    "Uri",
+    "Usage",
+]
+
+
+@final
+@attrs.frozen
+class TextDelta:
+    """A piece of assistant text."""
+
+    delta: str
+
+
+@final
+@attrs.frozen
+class ReasoningDelta:
+    """A piece of reasoning text (DeepSeek ``reasoning_content``, Anthropic thinking).
+
+    ``provider_data`` carries an opaque block the provider needs back in the
+    next request (an Anthropic thinking signature, a redacted thinking block).
+    """
+
+    delta: str
+    provider_data: Any = attrs.field(default=None, kw_only=True)
+
+
+def _non_negative(instance: Any, attribute: Any, value: int) -> None:
+    if value < 0:
+        raise ValueError(f"{attribute.name} must be >= 0, got {value}")
+
+
+@final
+@attrs.frozen
+class ToolCallDelta:
+    """A legacy (OpenAI chat) flat tool-call delta, keyed by ``index``.
+
+    ``split_legacy_delta()`` turns these into Start/Args/End updates.
+    """
+
+    index: int = attrs.field(validator=_non_negative)
+    id: str | None = None
+    name: str | None = None
+    arguments_delta: str = ""
+
+
+@final
+@attrs.frozen
+class ToolCallStart:
+    """A tool call began."""
+
+    id: str
+    name: str
+
+
+@final
+@attrs.frozen
+class ToolCallArgs:
+    """A fragment of a call's JSON arguments."""
+
+    id: str
+    args_delta: str
+
+
+@final
+@attrs.frozen
+class ToolCallEnd:
+    """A call's arguments are complete."""
+
+    id: str
+
+
+@final
+@attrs.frozen
+class ToolCalled:
+    """A tool ran (reported by a provider that executes tools server-side)."""
+
+    id: str
+    result: str | None = None
+    error: str | None = None
+
+
+@final
+@attrs.frozen
+class ToolApprovalRequest:
+    """The provider asks for approval before it runs a tool."""
+
+    call_id: str
+    name: str
+    arguments: Any
+    description: str = ""
+
+
+@final
+@attrs.frozen
+class Usage:
+    """Token usage of the current LLM call."""
+
+    usage: _response.Usage
+
+
+@final
+@attrs.frozen
+class Finish:
+    """The LLM call finished."""
+
+    finish_reason: FinishReason
+    usage: _response.Usage | None = None
+
+
+@final
+@attrs.frozen
+class Error:
+    """The provider reported an error in the stream (ends the stream)."""
+
+    message: str
+    error_type: str | None = attrs.field(default=None, kw_only=True)
+
+
+@final
+@attrs.frozen
+class ResponseMetadata:
+    """The response id and model, as soon as the provider tells them."""
+
+    id: str | None = None
+    model: str | None = None
+
+
+@final
+@attrs.frozen
+class Uri:
+    """A citation, annotation or generated file."""
+
+    uri: str
+    media_type: str | None = None
+
+
+AgentResponseUpdate = (
+    TextDelta
+    | ReasoningDelta
+    | ToolCallDelta
+    | ToolCallStart
+    | ToolCallArgs
+    | ToolCallEnd
+    | ToolCalled
+    | ToolApprovalRequest
+    | Usage
+    | Finish
+    | Error
+    | ResponseMetadata
+    | Uri
+)
+"""Any of the 13 update variants."""
