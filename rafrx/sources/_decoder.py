@@ -1,0 +1,107 @@
+"""``UpdateDecoder``: response bytes → updates (SSE decoding and a dialect in one object).
+
+Example:
+    >>> decoder = UpdateDecoder("openai-chat")
+    >>> decoder.feed(b'data: {"choices": [{"delta": {"content": "Hi"}, "finish_reason": "st')
+    []
+    >>> decoder.feed(b'op"}]}\\n\\ndata: [DONE]\\n\\ndata: ignored')
+    [TextDelta(delta='Hi'), Finish(finish_reason=<FinishReason.STOP: 'stop'>, usage=None)]
+    >>> decoder.done, decoder.close()
+    (True, [])
+"""
+
+from __future__ import annotations
+
+from rafrx.errors import RafrxError
+from rafrx.sources.dialects import DialectFactory, get_dialect
+from rafrx.sse import DEFAULT_MAX_EVENT_BYTES, DEFAULT_MAX_LINE_BYTES, SSEDecoder
+from rafrx.updates import AgentResponseUpdate
+
+__all__ = ["UpdateDecoder"]
+
+
+class UpdateDecoder:
+    """Sans-IO: the bytes of one streamed response in, updates out.
+
+    Feed it the body in chunks split anywhere; stop reading once :attr:`done`
+    is true and call :meth:`close` (which raises the stream's error, if any).
+
+    When an event fails (a :class:`~rafrx.errors.ProviderError` or
+    :class:`~rafrx.errors.MalformedEvent` from the dialect) after other events
+    of the same chunk produced updates, :meth:`feed` returns those updates
+    first and keeps the error: :attr:`done` becomes true and the next
+    :meth:`feed` or :meth:`close` raises it. So nothing received before an
+    error is lost, and the usual loop needs no special case::
+
+        for chunk in body:
+            for update in decoder.feed(chunk):
+                deliver(update)
+            if decoder.done:
+                break
+        for update in decoder.close():  # raises IncompleteStream, ProviderError ...
+            deliver(update)
+
+    Args:
+        dialect: A name from :data:`~rafrx.sources.dialects.DIALECTS`, or a
+            factory making a :class:`~rafrx.sources.dialects.Dialect`.
+        max_line_bytes: Longest SSE line accepted (see :class:`~rafrx.sse.SSEDecoder`).
+        max_event_bytes: Longest SSE event data accepted.
+
+    Raises:
+        ValueError: An unknown dialect name.
+    """
+
+    __slots__ = ("_dialect", "_error", "_sse")
+
+    def __init__(
+        self,
+        dialect: str | DialectFactory = "openai-chat",
+        *,
+        max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
+        max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
+    ) -> None:
+        self._dialect = get_dialect(dialect) if isinstance(dialect, str) else dialect()
+        self._sse = SSEDecoder(max_line_bytes=max_line_bytes, max_event_bytes=max_event_bytes)
+        self._error: RafrxError | None = None
+
+    @property
+    def done(self) -> bool:
+        """True once the terminal marker (or an error) was seen: stop reading."""
+        return self._error is not None or self._dialect.done
+
+    def feed(self, chunk: bytes) -> list[AgentResponseUpdate]:
+        """Decode the next piece of the body; ``[]`` once :attr:`done`.
+
+        Raises:
+            RafrxError: ``LimitExceeded`` from the SSE decoder, or the
+                dialect's ``ProviderError`` / ``MalformedEvent``.
+        """
+        if self._error is not None:
+            raise self._error
+        dialect = self._dialect
+        if dialect.done:
+            return []
+        out: list[AgentResponseUpdate] = []
+        for event in self._sse.feed(chunk):
+            try:
+                out += dialect.feed(event)
+            except RafrxError as err:
+                if not out:
+                    raise
+                self._error = err
+                return out
+            if dialect.done:
+                break  # whatever follows the terminal marker is ignored
+        return out
+
+    def close(self) -> list[AgentResponseUpdate]:
+        """End of the body: the updates the dialect held back (usually ``Finish``).
+
+        Raises:
+            IncompleteStream: The body ended without the terminal marker.
+            RafrxError: The error kept by :meth:`feed`.
+        """
+        if self._error is not None:
+            raise self._error
+        self._sse.close()
+        return self._dialect.close()

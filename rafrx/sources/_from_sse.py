@@ -1,0 +1,187 @@
+"""``from_sse``: the bytes of an SSE response → ``Observable[AgentResponseUpdate]``."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import AsyncIterable, AsyncIterator, Iterable
+from typing import Any
+
+import reactivex
+from reactivex import Observable, abc
+from reactivex.disposable import Disposable
+
+from rafrx.sources._decoder import UpdateDecoder
+from rafrx.sources.dialects import DIALECTS, DialectFactory, get_dialect
+from rafrx.sse import DEFAULT_MAX_EVENT_BYTES, DEFAULT_MAX_LINE_BYTES
+from rafrx.updates import AgentResponseUpdate
+
+__all__ = ["from_sse"]
+
+Chunks = bytes | bytearray | memoryview | Iterable[bytes] | AsyncIterable[bytes]
+"""What :func:`from_sse` reads: a whole body, or its chunks (sync or async)."""
+
+
+def from_sse(
+    chunks: Chunks,
+    dialect: str | DialectFactory = "openai-chat",
+    *,
+    max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
+    max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
+) -> Observable[AgentResponseUpdate]:
+    """A cold observable of the updates in a streamed LLM response body.
+
+    The bytes go through :class:`~rafrx.sse.SSEDecoder` and the dialect; the
+    observable completes after the dialect's terminal marker (bytes after it
+    are not read) and fails with the typed error otherwise:
+    :class:`~rafrx.errors.IncompleteStream` when the body ends without the
+    marker, :class:`~rafrx.errors.ProviderError` for an in-band error,
+    :class:`~rafrx.errors.MalformedEvent`, :class:`~rafrx.errors.LimitExceeded`.
+    Exceptions raised by ``chunks`` itself are forwarded as they are.
+
+    * ``bytes`` (a whole body) or a sync iterable of byte chunks: the updates
+      are emitted synchronously during ``subscribe`` (no event loop needed),
+      and the iterator is closed afterwards.
+    * An async iterable of byte chunks: ``subscribe`` must be called with an
+      asyncio loop running; a task on that loop reads the chunks. Disposing
+      the subscription cancels the task and closes the async iterator
+      (``aclose()``), so an HTTP response behind it is released.
+
+    Every subscription reads ``chunks`` anew: bytes and lists replay, but a
+    one-shot generator is exhausted after the first subscription (a second
+    one sees an empty body and fails with ``IncompleteStream``).
+
+    Args:
+        chunks: The response body, whole or split anywhere.
+        dialect: ``"openai-chat"``, ``"anthropic"``, ``"openai-responses"``
+            (see :data:`~rafrx.sources.dialects.DIALECTS`) or a dialect factory.
+        max_line_bytes: Longest SSE line accepted.
+        max_event_bytes: Longest SSE event data accepted.
+
+    Raises:
+        ValueError: An unknown dialect name.
+        TypeError: ``chunks`` is a ``str`` or not iterable.
+
+    Example:
+        >>> from rafrx import operators as ops
+        >>> body = (b'data: {"choices": [{"delta": {"content": "Hello"}}]}\\n\\n'
+        ...         b'data: {"choices": [{"delta": {}, "finish_reason": "stop"}]}\\n\\n'
+        ...         b'data: [DONE]\\n\\n')
+        >>> from_sse(body).pipe(ops.convert(), ops.aggregate()).run().text
+        'Hello'
+    """
+    if isinstance(dialect, str) and dialect not in DIALECTS:
+        get_dialect(dialect)  # raises the ValueError listing the names
+    if isinstance(chunks, str):
+        raise TypeError("from_sse() reads bytes, not str: encode the body first")
+
+    def decoder() -> UpdateDecoder:
+        return UpdateDecoder(
+            dialect, max_line_bytes=max_line_bytes, max_event_bytes=max_event_bytes
+        )
+
+    if isinstance(chunks, bytes | bytearray | memoryview):
+        return _from_sync((bytes(chunks),), decoder)
+    if isinstance(chunks, AsyncIterable):
+        return _from_async(chunks, decoder)
+    if isinstance(chunks, Iterable):
+        return _from_sync(chunks, decoder)
+    raise TypeError(f"from_sse() needs bytes or an iterable of bytes, got {type(chunks).__name__}")
+
+
+def _from_sync(chunks: Iterable[bytes], make: Any) -> Observable[AgentResponseUpdate]:
+    def subscribe(
+        observer: abc.ObserverBase[AgentResponseUpdate],
+        scheduler: abc.SchedulerBase | None = None,
+    ) -> abc.DisposableBase:
+        decoder: UpdateDecoder = make()
+        iterator = iter(chunks)
+        try:
+            try:
+                for chunk in iterator:
+                    for update in decoder.feed(chunk):
+                        observer.on_next(update)
+                    if decoder.done:
+                        break
+                tail = decoder.close()
+            finally:
+                close = getattr(iterator, "close", None)
+                if close is not None:
+                    close()
+            for update in tail:
+                observer.on_next(update)
+        except Exception as err:  # the stream's error, or a subscriber's
+            observer.on_error(err)
+        else:
+            observer.on_completed()
+        return Disposable()
+
+    return reactivex.create(subscribe)
+
+
+def _from_async(chunks: AsyncIterable[bytes], make: Any) -> Observable[AgentResponseUpdate]:
+    def subscribe(
+        observer: abc.ObserverBase[AgentResponseUpdate],
+        scheduler: abc.SchedulerBase | None = None,
+    ) -> abc.DisposableBase:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            raise RuntimeError(
+                "from_sse() over an async iterable must be subscribed to from code "
+                "running in an asyncio event loop"
+            ) from None
+        disposed = False
+
+        def emit(updates: list[AgentResponseUpdate]) -> None:
+            for update in updates:
+                if disposed:
+                    return
+                observer.on_next(update)
+
+        async def read() -> None:
+            decoder: UpdateDecoder = make()
+            iterator: AsyncIterator[bytes] = chunks.__aiter__()
+            try:
+                try:
+                    while True:
+                        try:
+                            chunk = await iterator.__anext__()
+                        except StopAsyncIteration:
+                            break
+                        emit(decoder.feed(chunk))
+                        if decoder.done:
+                            break
+                    tail = decoder.close()
+                finally:
+                    aclose = getattr(iterator, "aclose", None)
+                    if aclose is not None:
+                        await aclose()
+                emit(tail)
+            except Exception as err:  # the stream's error, or a subscriber's
+                if not disposed:
+                    _report(loop, functools.partial(observer.on_error, err))
+            else:
+                if not disposed:
+                    _report(loop, observer.on_completed)
+
+        task = loop.create_task(read(), name="rafrx.from_sse")
+
+        def dispose() -> None:
+            nonlocal disposed
+            disposed = True
+            task.cancel()
+
+        return Disposable(dispose)
+
+    return reactivex.create(subscribe)
+
+
+def _report(loop: asyncio.AbstractEventLoop, call: Any) -> None:
+    """Call an observer's terminal method; an exception it raises goes to the loop."""
+    try:
+        call()
+    except Exception as err:
+        loop.call_exception_handler(
+            {"message": "rafrx.from_sse: an observer raised", "exception": err}
+        )

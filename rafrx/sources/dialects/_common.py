@@ -1,0 +1,188 @@
+"""Helpers shared by the dialects: JSON decoding, shape checks, error mapping.
+
+Example:
+    >>> from rafrx.sse import ServerSentEvent
+    >>> load_object(ServerSentEvent(data='{"a": 1}'))
+    {'a': 1}
+    >>> is_retryable("overloaded_error", None)
+    True
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+from rafrx.errors import MalformedEvent, ProviderError
+from rafrx.sse import ServerSentEvent
+from rafrx.updates import AgentResponseUpdate
+
+__all__ = [
+    "Dialect",
+    "as_int",
+    "as_str",
+    "get_list",
+    "get_object",
+    "is_retryable",
+    "load_object",
+    "malformed",
+    "provider_error",
+]
+
+
+class Dialect(Protocol):
+    """A provider's stream format: provider events in, rafrx updates out (sans-IO).
+
+    One instance reads one stream. Call :meth:`feed` with each decoded event
+    until :attr:`done` is true, then :meth:`close` once.
+    """
+
+    @property
+    def done(self) -> bool:
+        """True once the terminal marker was seen: stop reading."""
+        ...
+
+    def feed(self, event: ServerSentEvent) -> list[AgentResponseUpdate]:
+        """Translate one event (ignored once :attr:`done`).
+
+        Raises:
+            ProviderError: The event reports an error.
+            MalformedEvent: The data is not JSON, or not the expected shape.
+        """
+        ...
+
+    def close(self) -> list[AgentResponseUpdate]:
+        """End of input: what is still held back (usually the ``Finish``).
+
+        Raises:
+            IncompleteStream: No terminal marker was seen.
+        """
+        ...
+
+
+def malformed(event: ServerSentEvent, why: str) -> MalformedEvent:
+    """A :class:`MalformedEvent` for ``event``, keeping its raw data."""
+    return MalformedEvent(why, raw=event.data, event_name=event.event)
+
+
+def load_object(event: ServerSentEvent) -> dict[str, Any]:
+    """Parse an event's data as a JSON object.
+
+    Raises:
+        MalformedEvent: The data is not JSON, or JSON but not an object.
+    """
+    try:
+        value = json.loads(event.data)
+    except (ValueError, RecursionError) as err:
+        raise malformed(event, f"event data is not valid JSON: {err}") from None
+    if not isinstance(value, dict):
+        raise malformed(event, f"expected a JSON object, got {type(value).__name__}")
+    return value
+
+
+def get_object(
+    event: ServerSentEvent, parent: Mapping[str, Any], key: str
+) -> dict[str, Any] | None:
+    """``parent[key]`` if it is an object, ``None`` if absent or null.
+
+    Raises:
+        MalformedEvent: The member has another type.
+    """
+    value = parent.get(key)
+    if value is None or isinstance(value, dict):
+        return value
+    raise malformed(event, f"{key!r} should be an object, got {type(value).__name__}")
+
+
+def get_list(event: ServerSentEvent, parent: Mapping[str, Any], key: str) -> list[Any]:
+    """``parent[key]`` if it is an array, ``[]`` if absent or null.
+
+    Raises:
+        MalformedEvent: The member has another type.
+    """
+    value = parent.get(key)
+    if value is None:
+        return []
+    if isinstance(value, list):
+        return value
+    raise malformed(event, f"{key!r} should be an array, got {type(value).__name__}")
+
+
+def as_str(value: Any) -> str | None:
+    """``value`` if it is a non-empty string, else ``None`` (nulls are absent)."""
+    return value if isinstance(value, str) and value else None
+
+
+def as_int(value: Any) -> int | None:
+    """``value`` as an int if it is a JSON integer (not a bool), else ``None``."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return None
+
+
+_RETRYABLE_WORDS = (
+    "overloaded",
+    "rate_limit",
+    "ratelimit",
+    "server_error",
+    "api_error",
+    "internal",
+    "timeout",
+    "unavailable",
+    "too_many_requests",
+)
+_RETRYABLE_STATUSES = frozenset({408, 409, 429, 500, 502, 503, 504, 529})
+
+
+def is_retryable(error_type: str | None, code: Any, status: Any = None) -> bool:
+    """Whether a provider error is transient (rate limit, overload, server error).
+
+    Example:
+        >>> is_retryable("rate_limit_error", None), is_retryable("insufficient_quota", 429)
+        (True, False)
+        >>> is_retryable(None, None, 503), is_retryable("invalid_request_error", 400)
+        (True, False)
+    """
+    words = " ".join(w.lower() for w in (error_type, code) if isinstance(w, str))
+    if "quota" in words:
+        return False  # out of credit: waiting does not help
+    if any(word in words for word in _RETRYABLE_WORDS):
+        return True
+    return any(as_int(n) in _RETRYABLE_STATUSES for n in (code, status))
+
+
+def provider_error(
+    event: ServerSentEvent, payload: Mapping[str, Any] | None, default: str = "provider error"
+) -> ProviderError:
+    """A :class:`ProviderError` from an error object (``{"message", "type", "code"}``).
+
+    ``default`` is the message when the object has none.
+
+    Example:
+        >>> err = provider_error(
+        ...     ServerSentEvent(event="error", data="..."),
+        ...     {"type": "overloaded_error", "message": "Overloaded"},
+        ... )
+        >>> err.message, err.error_type, err.retryable
+        ('Overloaded', 'overloaded_error', True)
+    """
+    payload = payload or {}
+    message = payload.get("message")
+    if not isinstance(message, str) or not message:
+        message = default
+    error_type = as_str(payload.get("type"))
+    raw_code = payload.get("code")
+    code = None if raw_code is None else str(raw_code)
+    status = payload.get("status_code", payload.get("status"))
+    return ProviderError(
+        message,
+        error_type=error_type,
+        code=code,
+        retryable=is_retryable(error_type, raw_code, status),
+        body=event.data,
+    )

@@ -1,0 +1,306 @@
+"""The Anthropic Messages stream dialect.
+
+* ``message_start`` → :class:`~rafrx.updates.ResponseMetadata`; its usage
+  (input and cache tokens) is remembered.
+* Text blocks → :class:`~rafrx.updates.TextDelta`; ``citations_delta`` →
+  :class:`~rafrx.updates.Uri`.
+* Thinking blocks → :class:`~rafrx.updates.ReasoningDelta` per delta, then, at
+  the block's end, one ``ReasoningDelta("")`` whose ``provider_data`` is the
+  whole block (``{"type": "thinking", "thinking": ..., "signature": ...}``)
+  so it can be sent back; ``redacted_thinking`` blocks give one
+  ``ReasoningDelta("", provider_data={"type": "redacted_thinking", "data": ...})``.
+* ``tool_use`` blocks → ``ToolCallStart`` / ``ToolCallArgs`` / ``ToolCallEnd``.
+  A block that never stops (``max_tokens`` cut it) gets no ``ToolCallEnd``,
+  so its call is never flushed. Server tools (``server_tool_use``,
+  ``web_search_tool_result``) are run by Anthropic, not by the client: ignored.
+* ``message_delta`` carries the stop reason and *cumulative* usage (it
+  overwrites, never adds); ``message_stop`` → ``Finish(reason, usage)`` with
+  ``prompt_tokens`` = input + cache creation + cache read tokens. A stop
+  reason seen without ``message_stop`` still counts as complete.
+* ``event: error`` → :class:`~rafrx.errors.ProviderError` (``overloaded_error``,
+  ``api_error`` and ``rate_limit_error`` are retryable); ``ping`` and unknown
+  events are ignored.
+
+Example:
+    >>> from rafrx.sse import ServerSentEvent
+    >>> d = AnthropicDialect()
+    >>> d.feed(ServerSentEvent("content_block_delta", '{"type": "content_block_delta", '
+    ...     '"index": 0, "delta": {"type": "text_delta", "text": "Hi"}}'))
+    [TextDelta(delta='Hi')]
+    >>> d.feed(ServerSentEvent("message_delta", '{"type": "message_delta", '
+    ...     '"delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 1}}'))
+    []
+    >>> d.feed(ServerSentEvent("message_stop", '{"type": "message_stop"}'))
+    [Finish(finish_reason=<FinishReason.STOP: 'stop'>, usage=Usage(prompt_tokens=0, \
+completion_tokens=1, total_tokens=1, reasoning_tokens=None, cached_tokens=None))]
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from rafrx import response
+from rafrx.errors import IncompleteStream
+from rafrx.response import FinishReason
+from rafrx.sources.dialects._common import (
+    as_int,
+    as_str,
+    get_object,
+    load_object,
+    malformed,
+    provider_error,
+)
+from rafrx.sse import ServerSentEvent
+from rafrx.updates import (
+    AgentResponseUpdate,
+    Finish,
+    ReasoningDelta,
+    ResponseMetadata,
+    TextDelta,
+    ToolCallArgs,
+    ToolCallEnd,
+    ToolCallStart,
+    Uri,
+)
+
+__all__ = ["AnthropicDialect", "anthropic_usage"]
+
+_USAGE_KEYS = (
+    "input_tokens",
+    "output_tokens",
+    "cache_creation_input_tokens",
+    "cache_read_input_tokens",
+)
+
+
+def anthropic_usage(usage: dict[str, Any]) -> response.Usage:
+    """Map an Anthropic ``usage`` object to :class:`rafrx.Usage`.
+
+    Prompt tokens include the tokens written to and read from the cache.
+
+    Example:
+        >>> anthropic_usage({"input_tokens": 5, "cache_read_input_tokens": 100,
+        ...                  "output_tokens": 7})
+        Usage(prompt_tokens=105, completion_tokens=7, total_tokens=112, reasoning_tokens=None, \
+cached_tokens=100)
+    """
+    cache_read = as_int(usage.get("cache_read_input_tokens"))
+    prompt = (
+        (as_int(usage.get("input_tokens")) or 0)
+        + (as_int(usage.get("cache_creation_input_tokens")) or 0)
+        + (cache_read or 0)
+    )
+    completion = as_int(usage.get("output_tokens")) or 0
+    return response.Usage(
+        prompt_tokens=prompt,
+        completion_tokens=completion,
+        total_tokens=prompt + completion,
+        cached_tokens=cache_read,
+    )
+
+
+class _Block:
+    """A content block being streamed."""
+
+    __slots__ = ("id", "signature", "stopped", "thinking", "type")
+
+    def __init__(self, kind: str, block_id: str = "") -> None:
+        self.type = kind
+        self.id = block_id
+        self.thinking: list[str] = []
+        self.signature: str | None = None
+        self.stopped = False
+
+
+class AnthropicDialect:
+    """Messages API events → updates; see the module docstring for the rules."""
+
+    __slots__ = ("_blocks", "_done", "_stop_reason", "_usage")
+
+    def __init__(self) -> None:
+        self._done = False
+        self._blocks: dict[int, _Block] = {}
+        self._stop_reason: str | None = None
+        self._usage: dict[str, Any] = {}
+
+    @property
+    def done(self) -> bool:
+        """True once ``message_stop`` was seen."""
+        return self._done
+
+    def feed(self, event: ServerSentEvent) -> list[AgentResponseUpdate]:
+        """Translate one event; see :class:`~rafrx.sources.dialects.Dialect`."""
+        if self._done:
+            return []
+        if not event.data.strip():
+            return []
+        if event.event == "error":
+            try:
+                data = json.loads(event.data)
+            except (ValueError, RecursionError):
+                raise provider_error(event, {"message": event.data}) from None
+            if not isinstance(data, dict):
+                raise provider_error(event, None)
+            raise provider_error(event, get_object(event, data, "error") or data)
+        data = load_object(event)
+        kind = data.get("type", event.event)
+        if kind == "error":
+            raise provider_error(event, get_object(event, data, "error") or data)
+        handler = _HANDLERS.get(kind) if isinstance(kind, str) else None
+        if handler is None:
+            return []  # ping, and event types added after this was written
+        return handler(self, event, data)
+
+    def close(self) -> list[AgentResponseUpdate]:
+        """End of input: the ``Finish`` if a stop reason was seen.
+
+        Raises:
+            IncompleteStream: Neither ``message_stop`` nor a stop reason came.
+        """
+        if self._done:
+            return []
+        if self._stop_reason is None:
+            raise IncompleteStream("the stream ended without message_stop or a stop_reason")
+        return self._finish()
+
+    # ------------------------------------------------------------ handlers
+
+    def _finish(self) -> list[AgentResponseUpdate]:
+        self._done = True
+        usage = anthropic_usage(self._usage) if self._usage else None
+        return [Finish(FinishReason.from_provider(self._stop_reason), usage)]
+
+    def _add_usage(self, event: ServerSentEvent, parent: dict[str, Any]) -> None:
+        usage = get_object(event, parent, "usage")
+        if usage:
+            for key in _USAGE_KEYS:
+                value = as_int(usage.get(key))
+                if value is not None:
+                    self._usage[key] = value  # cumulative: overwrite
+
+    def _message_start(
+        self, event: ServerSentEvent, data: dict[str, Any]
+    ) -> list[AgentResponseUpdate]:
+        message = get_object(event, data, "message") or {}
+        self._add_usage(event, message)
+        response_id = as_str(message.get("id"))
+        model = as_str(message.get("model"))
+        if response_id is None and model is None:
+            return []
+        return [ResponseMetadata(response_id, model)]
+
+    def _index(self, event: ServerSentEvent, data: dict[str, Any]) -> int:
+        index = as_int(data.get("index"))
+        if index is None:
+            raise malformed(event, f"{data.get('type')} without an integer 'index'")
+        return index
+
+    def _block_start(
+        self, event: ServerSentEvent, data: dict[str, Any]
+    ) -> list[AgentResponseUpdate]:
+        index = self._index(event, data)
+        block = get_object(event, data, "content_block")
+        if block is None:
+            raise malformed(event, "content_block_start without a 'content_block'")
+        kind = block.get("type")
+        kind = kind if isinstance(kind, str) else ""
+        if kind == "tool_use":
+            call_id, name = as_str(block.get("id")), as_str(block.get("name"))
+            if call_id is None or name is None:
+                raise malformed(event, "a tool_use block needs an 'id' and a 'name'")
+            self._blocks[index] = _Block(kind, call_id)
+            out: list[AgentResponseUpdate] = [ToolCallStart(call_id, name)]
+            initial = block.get("input")
+            if initial:
+                out.append(ToolCallArgs(call_id, json.dumps(initial, ensure_ascii=False)))
+            return out
+        state = self._blocks[index] = _Block(kind)
+        if kind == "text":
+            text = as_str(block.get("text"))
+            return [] if text is None else [TextDelta(text)]
+        if kind == "thinking":
+            text = as_str(block.get("thinking"))
+            state.signature = as_str(block.get("signature"))
+            if text is None:
+                return []
+            state.thinking.append(text)
+            return [ReasoningDelta(text)]
+        if kind == "redacted_thinking":
+            data_field = block.get("data")
+            return [ReasoningDelta("", provider_data={"type": kind, "data": data_field})]
+        return []  # server_tool_use, web_search_tool_result, ...: not for the client
+
+    def _block_delta(
+        self, event: ServerSentEvent, data: dict[str, Any]
+    ) -> list[AgentResponseUpdate]:
+        index = self._index(event, data)
+        delta = get_object(event, data, "delta")
+        if delta is None:
+            raise malformed(event, "content_block_delta without a 'delta'")
+        block = self._blocks.get(index)
+        kind = delta.get("type")
+        if kind == "text_delta":
+            text = as_str(delta.get("text"))
+            return [] if text is None else [TextDelta(text)]
+        if kind == "thinking_delta":
+            text = as_str(delta.get("thinking"))
+            if text is None:
+                return []
+            if block is not None:
+                block.thinking.append(text)
+            return [ReasoningDelta(text)]
+        if kind == "signature_delta":
+            if block is not None:
+                block.signature = as_str(delta.get("signature"))
+            return []
+        if kind == "input_json_delta":
+            partial = as_str(delta.get("partial_json"))
+            if partial is None or block is None or block.type != "tool_use" or block.stopped:
+                return []  # empty, or a server tool's input
+            return [ToolCallArgs(block.id, partial)]
+        if kind == "citations_delta":
+            citation = get_object(event, delta, "citation") or {}
+            url = as_str(citation.get("url"))
+            return [] if url is None else [Uri(url)]
+        return []
+
+    def _block_stop(
+        self, event: ServerSentEvent, data: dict[str, Any]
+    ) -> list[AgentResponseUpdate]:
+        block = self._blocks.get(self._index(event, data))
+        if block is None or block.stopped:
+            return []
+        block.stopped = True
+        if block.type == "tool_use":
+            return [ToolCallEnd(block.id)]
+        if block.type == "thinking":
+            whole = {"type": "thinking", "thinking": "".join(block.thinking)}
+            whole["signature"] = block.signature or ""
+            return [ReasoningDelta("", provider_data=whole)]
+        return []
+
+    def _message_delta(
+        self, event: ServerSentEvent, data: dict[str, Any]
+    ) -> list[AgentResponseUpdate]:
+        delta = get_object(event, data, "delta") or {}
+        reason = as_str(delta.get("stop_reason"))
+        if reason is not None:
+            self._stop_reason = reason
+        self._add_usage(event, data)
+        return []
+
+    def _message_stop(
+        self, event: ServerSentEvent, data: dict[str, Any]
+    ) -> list[AgentResponseUpdate]:
+        return self._finish()
+
+
+_HANDLERS = {
+    "message_start": AnthropicDialect._message_start,
+    "content_block_start": AnthropicDialect._block_start,
+    "content_block_delta": AnthropicDialect._block_delta,
+    "content_block_stop": AnthropicDialect._block_stop,
+    "message_delta": AnthropicDialect._message_delta,
+    "message_stop": AnthropicDialect._message_stop,
+}

@@ -1,0 +1,271 @@
+"""The OpenAI Chat Completions stream dialect (and the many servers that copy it).
+
+Covers OpenAI, Azure OpenAI, DeepSeek, Groq, OpenRouter, Ollama, Gemini's
+OpenAI-compatible endpoint, Mistral, vLLM, llama.cpp, xAI, Writer and others:
+
+* ``delta.reasoning_content`` (DeepSeek, llama.cpp, xAI) or ``delta.reasoning``
+  (Groq, OpenRouter, Ollama) → :class:`~rafrx.updates.ReasoningDelta`;
+* ``delta.content`` as a string → :class:`~rafrx.updates.TextDelta`; as an
+  array of parts (Mistral) text parts → ``TextDelta``, ``thinking`` parts →
+  ``ReasoningDelta``; ``delta.refusal`` → ``TextDelta`` (it is the reply the
+  user sees);
+* ``delta.tool_calls`` → :class:`~rafrx.updates.ToolCallDelta`. An entry
+  without ``index`` (Ollama, Gemini, Mistral) that has a name or id starts a
+  new call at the next free index, one without continues the last call.
+  Arguments sent as an object are serialised with :func:`json.dumps`.
+  Explicit ``null`` fields count as absent (Writer).
+* ``finish_reason`` and ``usage``: the last non-null ones are kept and sent
+  once, as ``Finish(reason, usage)``, at ``data: [DONE]`` (or at the end of
+  input when a finish reason was seen: some servers omit ``[DONE]``).
+
+Only choice index 0 is read: with ``n > 1`` the other choices are ignored.
+Chunks whose ``object`` is not ``chat.completion.chunk`` (Azure's
+content-filter chunks) contribute their choices and usage but not their
+(empty) id and model. An ``{"error": ...}`` payload or an ``event: error``
+raises :class:`~rafrx.errors.ProviderError`.
+
+Example:
+    >>> from rafrx.sse import ServerSentEvent
+    >>> d = OpenAIChatDialect()
+    >>> d.feed(ServerSentEvent(data='{"id": "c1", "model": "m", '
+    ...     '"choices": [{"index": 0, "delta": {"content": "Hi"}, "finish_reason": "stop"}]}'))
+    [ResponseMetadata(id='c1', model='m'), TextDelta(delta='Hi')]
+    >>> d.feed(ServerSentEvent(data='[DONE]')), d.done
+    ([Finish(finish_reason=<FinishReason.STOP: 'stop'>, usage=None)], True)
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from rafrx import response
+from rafrx.errors import IncompleteStream
+from rafrx.response import FinishReason
+from rafrx.sources.dialects._common import (
+    as_int,
+    as_str,
+    get_list,
+    get_object,
+    load_object,
+    malformed,
+    provider_error,
+)
+from rafrx.sse import ServerSentEvent
+from rafrx.updates import (
+    AgentResponseUpdate,
+    Finish,
+    ReasoningDelta,
+    ResponseMetadata,
+    TextDelta,
+    ToolCallDelta,
+)
+
+__all__ = ["OpenAIChatDialect", "chat_usage"]
+
+_CHUNK = "chat.completion.chunk"
+
+
+def chat_usage(usage: dict[str, Any]) -> response.Usage:
+    """Map a Chat Completions ``usage`` object to :class:`rafrx.Usage`.
+
+    Example:
+        >>> chat_usage({"prompt_tokens": 3, "completion_tokens": 2,
+        ...             "prompt_tokens_details": {"cached_tokens": 1}})
+        Usage(prompt_tokens=3, completion_tokens=2, total_tokens=5, reasoning_tokens=None, \
+cached_tokens=1)
+    """
+    prompt = as_int(usage.get("prompt_tokens")) or 0
+    completion = as_int(usage.get("completion_tokens")) or 0
+    total = as_int(usage.get("total_tokens"))
+    completion_details = usage.get("completion_tokens_details")
+    prompt_details = usage.get("prompt_tokens_details")
+    reasoning = cached = None
+    if isinstance(completion_details, dict):
+        reasoning = as_int(completion_details.get("reasoning_tokens"))
+    if isinstance(prompt_details, dict):
+        cached = as_int(prompt_details.get("cached_tokens"))
+    return response.Usage(
+        prompt_tokens=prompt,
+        completion_tokens=completion,
+        total_tokens=prompt + completion if total is None else total,
+        reasoning_tokens=reasoning,
+        cached_tokens=cached,
+    )
+
+
+class OpenAIChatDialect:
+    """Chat Completions chunks → updates; see the module docstring for the rules."""
+
+    __slots__ = ("_done", "_finish", "_ids", "_last_index", "_meta_sent", "_next_index", "_usage")
+
+    def __init__(self) -> None:
+        self._done = False
+        self._meta_sent = False
+        self._finish: str | None = None
+        self._usage: dict[str, Any] | None = None
+        self._next_index = 0  # the next free wire index
+        self._last_index: int | None = None
+        self._ids: dict[str, int] = {}  # tool call id → index, for index-less entries
+
+    @property
+    def done(self) -> bool:
+        """True once ``[DONE]`` was seen."""
+        return self._done
+
+    def feed(self, event: ServerSentEvent) -> list[AgentResponseUpdate]:
+        """Translate one event; see :class:`~rafrx.sources.dialects.Dialect`."""
+        if self._done:
+            return []
+        name = event.event
+        if name == "error":
+            raise self._error(event)
+        if name not in ("message", ""):
+            return []  # an unknown named event (e.g. a keep-alive): not a chunk
+        data = event.data.strip()
+        if not data:
+            return []
+        if data == "[DONE]":
+            self._done = True
+            return [self._finish_update(FinishReason.OTHER)]
+        chunk = load_object(event)
+        error = chunk.get("error")
+        if error is not None:
+            raise provider_error(event, error if isinstance(error, dict) else {"message": error})
+        out: list[AgentResponseUpdate] = []
+        if not self._meta_sent and chunk.get("object", _CHUNK) == _CHUNK:
+            response_id = as_str(chunk.get("id"))
+            model = as_str(chunk.get("model"))
+            if response_id is not None or model is not None:
+                self._meta_sent = True
+                out.append(ResponseMetadata(response_id, model))
+        for choice in get_list(event, chunk, "choices"):
+            if not isinstance(choice, dict):
+                raise malformed(event, "a choice should be an object")
+            index = choice.get("index")
+            if index is None or as_int(index) == 0:
+                self._choice(event, choice, out)
+        usage = get_object(event, chunk, "usage")
+        if usage is not None:
+            self._usage = usage
+        return out
+
+    def close(self) -> list[AgentResponseUpdate]:
+        """End of input: the held ``Finish`` if a finish reason was seen.
+
+        Raises:
+            IncompleteStream: Neither ``[DONE]`` nor a finish reason came.
+        """
+        if self._done:
+            return []
+        if self._finish is None:
+            raise IncompleteStream("the stream ended without [DONE] or a finish_reason")
+        self._done = True
+        return [self._finish_update(FinishReason.OTHER)]
+
+    # ------------------------------------------------------------ internals
+
+    def _error(self, event: ServerSentEvent) -> Exception:
+        try:
+            payload = json.loads(event.data)
+        except (ValueError, RecursionError):
+            return provider_error(event, {"message": event.data} if event.data else None)
+        if isinstance(payload, dict):
+            inner = payload.get("error")
+            if isinstance(inner, dict):
+                return provider_error(event, inner)
+            if isinstance(inner, str):
+                return provider_error(event, {"message": inner})
+            return provider_error(event, payload)
+        return provider_error(event, None)
+
+    def _finish_update(self, default: FinishReason) -> Finish:
+        reason = default if self._finish is None else FinishReason.from_provider(self._finish)
+        usage = None if self._usage is None else chat_usage(self._usage)
+        return Finish(reason, usage)
+
+    def _choice(
+        self, event: ServerSentEvent, choice: dict[str, Any], out: list[AgentResponseUpdate]
+    ) -> None:
+        finish = as_str(choice.get("finish_reason"))
+        if finish is not None:
+            self._finish = finish
+        delta = get_object(event, choice, "delta")
+        if not delta:
+            return
+        reasoning = as_str(delta.get("reasoning_content")) or as_str(delta.get("reasoning"))
+        if reasoning is not None:
+            out.append(ReasoningDelta(reasoning))
+        content = delta.get("content")
+        if isinstance(content, str):
+            if content:
+                out.append(TextDelta(content))
+        elif isinstance(content, list):
+            self._content_parts(event, content, out)
+        elif content is not None:
+            raise malformed(event, "'content' should be a string or an array")
+        refusal = as_str(delta.get("refusal"))
+        if refusal is not None:
+            out.append(TextDelta(refusal))
+        for call in get_list(event, delta, "tool_calls"):
+            if not isinstance(call, dict):
+                raise malformed(event, "a tool call delta should be an object")
+            update = self._tool_call(event, call)
+            if update is not None:
+                out.append(update)
+
+    def _content_parts(
+        self, event: ServerSentEvent, parts: list[Any], out: list[AgentResponseUpdate]
+    ) -> None:
+        for part in parts:
+            if isinstance(part, str):
+                if part:
+                    out.append(TextDelta(part))
+                continue
+            if not isinstance(part, dict):
+                raise malformed(event, "a content part should be an object")
+            kind = part.get("type")
+            if kind == "text":
+                text = as_str(part.get("text"))
+                if text is not None:
+                    out.append(TextDelta(text))
+            elif kind == "thinking":
+                thinking = part.get("thinking")
+                pieces: list[Any] = []
+                if isinstance(thinking, str):
+                    pieces.append(thinking)
+                elif isinstance(thinking, list):
+                    pieces.extend(p.get("text") for p in thinking if isinstance(p, dict))
+                text = "".join(p for p in pieces if isinstance(p, str))
+                if text:
+                    out.append(ReasoningDelta(text))
+
+    def _tool_call(self, event: ServerSentEvent, call: dict[str, Any]) -> ToolCallDelta | None:
+        function = get_object(event, call, "function") or {}
+        name = as_str(function.get("name"))
+        call_id = as_str(call.get("id"))
+        arguments = function.get("arguments")
+        if arguments is None:
+            arguments = ""
+        elif not isinstance(arguments, str):
+            arguments = json.dumps(arguments, ensure_ascii=False)
+        raw_index = call.get("index")
+        if raw_index is None:
+            if call_id is not None and call_id in self._ids:
+                index = self._ids[call_id]
+            elif name is not None or call_id is not None or self._last_index is None:
+                index = self._next_index
+            else:
+                index = self._last_index
+        else:
+            index_or_none = as_int(raw_index)
+            if index_or_none is None or index_or_none < 0:
+                raise malformed(event, f"invalid tool call index {raw_index!r}")
+            index = index_or_none
+        self._last_index = index
+        self._next_index = max(self._next_index, index + 1)
+        if call_id is not None:
+            self._ids[call_id] = index
+        if name is None and call_id is None and not arguments:
+            return None
+        return ToolCallDelta(index, call_id, name, arguments)

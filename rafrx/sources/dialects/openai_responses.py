@@ -1,0 +1,311 @@
+"""The OpenAI Responses API stream dialect.
+
+Events are dispatched on the ``type`` member of their data (some servers send
+no ``event:`` line):
+
+* ``response.created`` → :class:`~rafrx.updates.ResponseMetadata`;
+* ``response.output_text.delta`` and ``response.refusal.delta`` →
+  :class:`~rafrx.updates.TextDelta`;
+* ``response.reasoning_summary_text.delta`` and
+  ``response.reasoning_text.delta`` → :class:`~rafrx.updates.ReasoningDelta`
+  (parts follow each other with no separator);
+* a ``function_call`` output item → ``ToolCallStart(call_id, name)``, its
+  ``function_call_arguments.delta`` events → ``ToolCallArgs`` and the first
+  of ``function_call_arguments.done`` / ``output_item.done`` →
+  ``ToolCallEnd`` (preceded by the whole arguments when no delta came);
+* URL annotations (``output_text.annotation.added``, or those first seen on
+  a finished part) → :class:`~rafrx.updates.Uri`;
+* ``response.completed`` → ``Finish(TOOL_CALLS if the response called
+  functions else STOP, usage)``; ``response.incomplete`` → ``Finish`` with
+  the mapped ``incomplete_details.reason``;
+* ``response.failed`` and ``error`` → :class:`~rafrx.errors.ProviderError`.
+
+Example:
+    >>> from rafrx.sse import ServerSentEvent
+    >>> d = OpenAIResponsesDialect()
+    >>> d.feed(ServerSentEvent(data='{"type": "response.output_text.delta", "delta": "Hi"}'))
+    [TextDelta(delta='Hi')]
+    >>> d.feed(ServerSentEvent(data='{"type": "response.completed", "response": {}}'))
+    [Finish(finish_reason=<FinishReason.STOP: 'stop'>, usage=None)]
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rafrx import response
+from rafrx.errors import IncompleteStream
+from rafrx.response import FinishReason
+from rafrx.sources.dialects._common import (
+    as_int,
+    as_str,
+    get_list,
+    get_object,
+    load_object,
+    malformed,
+    provider_error,
+)
+from rafrx.sse import ServerSentEvent
+from rafrx.updates import (
+    AgentResponseUpdate,
+    Finish,
+    ReasoningDelta,
+    ResponseMetadata,
+    TextDelta,
+    ToolCallArgs,
+    ToolCallEnd,
+    ToolCallStart,
+    Uri,
+)
+
+__all__ = ["OpenAIResponsesDialect", "responses_usage"]
+
+
+def responses_usage(usage: dict[str, Any]) -> response.Usage:
+    """Map a Responses ``usage`` object to :class:`rafrx.Usage`.
+
+    Example:
+        >>> responses_usage({"input_tokens": 4, "output_tokens": 6, "total_tokens": 10,
+        ...                  "output_tokens_details": {"reasoning_tokens": 2}})
+        Usage(prompt_tokens=4, completion_tokens=6, total_tokens=10, reasoning_tokens=2, \
+cached_tokens=None)
+    """
+    prompt = as_int(usage.get("input_tokens")) or 0
+    completion = as_int(usage.get("output_tokens")) or 0
+    total = as_int(usage.get("total_tokens"))
+    input_details = usage.get("input_tokens_details")
+    output_details = usage.get("output_tokens_details")
+    cached = reasoning = None
+    if isinstance(input_details, dict):
+        cached = as_int(input_details.get("cached_tokens"))
+    if isinstance(output_details, dict):
+        reasoning = as_int(output_details.get("reasoning_tokens"))
+    return response.Usage(
+        prompt_tokens=prompt,
+        completion_tokens=completion,
+        total_tokens=prompt + completion if total is None else total,
+        reasoning_tokens=reasoning,
+        cached_tokens=cached,
+    )
+
+
+class _Call:
+    """A function call output item."""
+
+    __slots__ = ("call_id", "ended", "got_args")
+
+    def __init__(self, call_id: str) -> None:
+        self.call_id = call_id
+        self.got_args = False
+        self.ended = False
+
+
+def _event_type(event: ServerSentEvent, data: dict[str, Any]) -> str:
+    kind = data.get("type")
+    return kind if isinstance(kind, str) else event.event
+
+
+class OpenAIResponsesDialect:
+    """Responses API events → updates; see the module docstring for the rules."""
+
+    __slots__ = ("_annotations", "_calls", "_done", "_meta_sent")
+
+    def __init__(self) -> None:
+        self._done = False
+        self._meta_sent = False
+        self._calls: dict[str, _Call] = {}  # output item id → call
+        self._annotations: dict[tuple[str, int], int] = {}  # (item id, part) → count sent
+
+    @property
+    def done(self) -> bool:
+        """True once ``response.completed`` or ``response.incomplete`` was seen."""
+        return self._done
+
+    def feed(self, event: ServerSentEvent) -> list[AgentResponseUpdate]:
+        """Translate one event; see :class:`~rafrx.sources.dialects.Dialect`."""
+        if self._done or not event.data.strip():
+            return []
+        data = load_object(event)
+        kind = _event_type(event, data)
+        if kind == "error":
+            raise provider_error(event, get_object(event, data, "error") or data)
+        if kind == "response.failed":
+            body = get_object(event, data, "response") or {}
+            error = dict(get_object(event, body, "error") or {})
+            error.setdefault("type", error.get("code"))  # failed responses carry only a code
+            raise provider_error(event, error, "the response failed")
+        handler = _HANDLERS.get(kind)
+        if handler is None:
+            return []
+        return handler(self, event, data)
+
+    def close(self) -> list[AgentResponseUpdate]:
+        """End of input.
+
+        Raises:
+            IncompleteStream: Neither ``response.completed`` nor
+                ``response.incomplete`` came.
+        """
+        if self._done:
+            return []
+        raise IncompleteStream("the stream ended without response.completed")
+
+    # ------------------------------------------------------------ handlers
+
+    def _created(self, event: ServerSentEvent, data: dict[str, Any]) -> list[AgentResponseUpdate]:
+        if self._meta_sent:
+            return []
+        body = get_object(event, data, "response") or {}
+        response_id, model = as_str(body.get("id")), as_str(body.get("model"))
+        if response_id is None and model is None:
+            return []
+        self._meta_sent = True
+        return [ResponseMetadata(response_id, model)]
+
+    def _text(self, event: ServerSentEvent, data: dict[str, Any]) -> list[AgentResponseUpdate]:
+        delta = as_str(data.get("delta"))
+        return [] if delta is None else [TextDelta(delta)]
+
+    def _reasoning(self, event: ServerSentEvent, data: dict[str, Any]) -> list[AgentResponseUpdate]:
+        delta = as_str(data.get("delta"))
+        return [] if delta is None else [ReasoningDelta(delta)]
+
+    def _start_call(
+        self, event: ServerSentEvent, item: dict[str, Any]
+    ) -> list[AgentResponseUpdate]:
+        item_id = as_str(item.get("id"))
+        call_id = as_str(item.get("call_id")) or item_id
+        name = as_str(item.get("name"))
+        if call_id is None or name is None:
+            raise malformed(event, "a function_call item needs a 'call_id' and a 'name'")
+        if item_id is None:
+            item_id = call_id
+        if item_id in self._calls:
+            return []
+        self._calls[item_id] = _Call(call_id)
+        return [ToolCallStart(call_id, name)]
+
+    def _end_call(self, item_id: str | None, arguments: Any) -> list[AgentResponseUpdate]:
+        call = None if item_id is None else self._calls.get(item_id)
+        if call is None or call.ended:
+            return []
+        call.ended = True
+        out: list[AgentResponseUpdate] = []
+        if not call.got_args and isinstance(arguments, str) and arguments:
+            out.append(ToolCallArgs(call.call_id, arguments))
+        out.append(ToolCallEnd(call.call_id))
+        return out
+
+    def _item_added(
+        self, event: ServerSentEvent, data: dict[str, Any]
+    ) -> list[AgentResponseUpdate]:
+        item = get_object(event, data, "item") or {}
+        if item.get("type") != "function_call":
+            return []
+        return self._start_call(event, item)
+
+    def _args_delta(
+        self, event: ServerSentEvent, data: dict[str, Any]
+    ) -> list[AgentResponseUpdate]:
+        item_id = as_str(data.get("item_id"))
+        call = None if item_id is None else self._calls.get(item_id)
+        delta = as_str(data.get("delta"))
+        if call is None or call.ended or delta is None:
+            return []
+        call.got_args = True
+        return [ToolCallArgs(call.call_id, delta)]
+
+    def _args_done(self, event: ServerSentEvent, data: dict[str, Any]) -> list[AgentResponseUpdate]:
+        return self._end_call(as_str(data.get("item_id")), data.get("arguments"))
+
+    def _item_done(self, event: ServerSentEvent, data: dict[str, Any]) -> list[AgentResponseUpdate]:
+        item = get_object(event, data, "item") or {}
+        kind = item.get("type")
+        item_id = as_str(item.get("id"))
+        if kind == "function_call":
+            out = self._start_call(event, item)  # no-op when output_item.added came
+            out += self._end_call(item_id or as_str(item.get("call_id")), item.get("arguments"))
+            return out
+        if kind == "message" and item_id is not None:
+            out = []
+            for index, part in enumerate(get_list(event, item, "content")):
+                if isinstance(part, dict):
+                    out += self._new_annotations(event, item_id, index, part)
+            return out
+        return []
+
+    def _new_annotations(
+        self, event: ServerSentEvent, item_id: str, index: int, part: dict[str, Any]
+    ) -> list[AgentResponseUpdate]:
+        annotations = get_list(event, part, "annotations")
+        key = (item_id, index)
+        sent = self._annotations.get(key, 0)
+        self._annotations[key] = max(sent, len(annotations))
+        return [u for a in annotations[sent:] if (u := _uri(a)) is not None]
+
+    def _part_done(self, event: ServerSentEvent, data: dict[str, Any]) -> list[AgentResponseUpdate]:
+        item_id = as_str(data.get("item_id"))
+        index = as_int(data.get("content_index"))
+        part = get_object(event, data, "part")
+        if item_id is None or index is None or part is None:
+            return []
+        return self._new_annotations(event, item_id, index, part)
+
+    def _annotation(
+        self, event: ServerSentEvent, data: dict[str, Any]
+    ) -> list[AgentResponseUpdate]:
+        item_id = as_str(data.get("item_id"))
+        index = as_int(data.get("content_index"))
+        if item_id is not None and index is not None:
+            key = (item_id, index)
+            self._annotations[key] = self._annotations.get(key, 0) + 1
+        uri = _uri(data.get("annotation"))
+        return [] if uri is None else [uri]
+
+    def _completed(self, event: ServerSentEvent, data: dict[str, Any]) -> list[AgentResponseUpdate]:
+        body = get_object(event, data, "response") or {}
+        self._done = True
+        called = bool(self._calls) or any(
+            isinstance(item, dict) and item.get("type") == "function_call"
+            for item in get_list(event, body, "output")
+        )
+        reason = FinishReason.TOOL_CALLS if called else FinishReason.STOP
+        return [Finish(reason, self._usage(event, body))]
+
+    def _incomplete(
+        self, event: ServerSentEvent, data: dict[str, Any]
+    ) -> list[AgentResponseUpdate]:
+        body = get_object(event, data, "response") or {}
+        self._done = True
+        details = get_object(event, body, "incomplete_details") or {}
+        reason = FinishReason.from_provider(as_str(details.get("reason")))
+        return [Finish(reason, self._usage(event, body))]
+
+    def _usage(self, event: ServerSentEvent, body: dict[str, Any]) -> response.Usage | None:
+        usage = get_object(event, body, "usage")
+        return None if usage is None else responses_usage(usage)
+
+
+def _uri(annotation: Any) -> Uri | None:
+    if not isinstance(annotation, dict):
+        return None
+    url = as_str(annotation.get("url"))
+    return None if url is None else Uri(url)
+
+
+_HANDLERS = {
+    "response.created": OpenAIResponsesDialect._created,
+    "response.in_progress": OpenAIResponsesDialect._created,
+    "response.output_text.delta": OpenAIResponsesDialect._text,
+    "response.refusal.delta": OpenAIResponsesDialect._text,
+    "response.reasoning_summary_text.delta": OpenAIResponsesDialect._reasoning,
+    "response.reasoning_text.delta": OpenAIResponsesDialect._reasoning,
+    "response.output_item.added": OpenAIResponsesDialect._item_added,
+    "response.function_call_arguments.delta": OpenAIResponsesDialect._args_delta,
+    "response.function_call_arguments.done": OpenAIResponsesDialect._args_done,
+    "response.output_item.done": OpenAIResponsesDialect._item_done,
+    "response.content_part.done": OpenAIResponsesDialect._part_done,
+    "response.output_text.annotation.added": OpenAIResponsesDialect._annotation,
+    "response.completed": OpenAIResponsesDialect._completed,
+    "response.incomplete": OpenAIResponsesDialect._incomplete,
+}

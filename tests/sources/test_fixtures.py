@@ -1,0 +1,199 @@
+"""Every recorded stream in tests/data/fixtures through from_sse → convert → aggregate.
+
+The expected results in MANIFEST.json were computed by the providers' own
+SDKs (see tests/data/fixtures/README.md); here they are mapped onto rafrx's
+model: text (+ refusal, which rafrx treats as text), reasoning, tool calls
+(blocks never stopped are not calls), the finish reason and usage.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rafrx import operators as ops
+from rafrx.errors import ProviderError, RafrxError
+from rafrx.response import AgentResponse, FinishReason, Usage
+from rafrx.sources import from_sse
+
+FIXTURES = Path(__file__).resolve().parent.parent / "data" / "fixtures"
+MANIFEST: list[dict[str, Any]] = json.loads((FIXTURES / "MANIFEST.json").read_text("utf-8"))
+STREAMS = [entry for entry in MANIFEST if entry["format"] != "sse-only"]
+BY_PATH = {entry["path"]: entry for entry in STREAMS}
+IDS = [entry["path"] for entry in STREAMS]
+
+# A few streams replayed one byte at a time: multi-byte UTF-8 (emoji, °, —),
+# an error, tool calls of each dialect, Azure's odd chunks, Mistral arrays.
+ONE_BYTE = [
+    "openai-chat/deepseek-reasoning.sse",
+    "openai-chat/groq-error-event.sse",
+    "openai-chat/azure-content-filter-offsets.sse",
+    "openai-chat/mistral-parallel-tools-one-delta.sse",
+    "openai-chat/writer-palmyra-7-tools.sse",
+    "anthropic/anthropic-thinking-tool-use.sse",
+    "anthropic/anthropic-max-tokens-truncated-tool-json.sse",
+    "openai-responses/responses-reasoning-summary-text.sse",
+    "openai-responses/responses-error-failed.sse",
+]
+
+
+def _body(entry: dict[str, Any]) -> bytes:
+    return (FIXTURES / entry["path"]).read_bytes()
+
+
+def _outcome(chunks: Any, dialect: str) -> AgentResponse | RafrxError:
+    """The AgentResponse of the stream, or the error it failed with."""
+    results: list[AgentResponse] = []
+    errors: list[Exception] = []
+    completed: list[bool] = []
+    from_sse(chunks, dialect=dialect).pipe(ops.convert(), ops.aggregate()).subscribe(
+        results.append, errors.append, lambda: completed.append(True)
+    )
+    if errors:
+        assert not results
+        assert not completed
+        assert len(errors) == 1
+        assert isinstance(errors[0], RafrxError), repr(errors[0])
+        return errors[0]
+    assert completed == [True]
+    assert len(results) == 1
+    return results[0]
+
+
+def _expected_usage(fmt: str, usage: dict[str, Any] | None) -> Usage | None:
+    if usage is None:
+        return None
+    if fmt == "anthropic":
+        prompt = (
+            usage["input_tokens"]
+            + (usage.get("cache_creation_input_tokens") or 0)
+            + (usage.get("cache_read_input_tokens") or 0)
+        )
+        completion = usage["output_tokens"]
+        return Usage(prompt, completion, prompt + completion)
+    if fmt == "openai-responses":
+        return Usage(usage["input_tokens"], usage["output_tokens"], usage["total_tokens"])
+    return Usage(usage["prompt_tokens"], usage["completion_tokens"], usage["total_tokens"])
+
+
+def _expected_finish(fmt: str, expected: dict[str, Any], calls: list[Any]) -> FinishReason:
+    reason = expected["finish_reason"]
+    if fmt == "openai-responses":
+        if reason == "completed":
+            return FinishReason.TOOL_CALLS if calls else FinishReason.STOP
+        if reason == "incomplete":
+            return FinishReason.from_provider(expected.get("incomplete_reason"))
+    if reason is None:
+        return FinishReason.OTHER  # chat: [DONE] without a finish_reason
+    return FinishReason.from_provider(reason)
+
+
+def _expected_text(expected: dict[str, Any]) -> str:
+    return expected["text"] + (expected.get("refusal") or "")
+
+
+def _check_content(response: AgentResponse, expected: dict[str, Any]) -> None:
+    assert response.text == _expected_text(expected)
+    assert response.reasoning_text == (expected["reasoning_text"] or None)
+
+
+@pytest.mark.parametrize("path", IDS)
+def test_fixture_matches_expected(path: str) -> None:
+    entry = BY_PATH[path]
+    fmt, expected = entry["format"], entry["expected"]
+    outcome = _outcome(_body(entry), fmt)
+
+    if "error" in expected:
+        assert isinstance(outcome, ProviderError), repr(outcome)
+        error = expected["error"]
+        assert outcome.message == error["message"]
+        if error.get("code") is not None:
+            assert outcome.code == str(error["code"])
+        if error.get("type") is not None:
+            assert outcome.error_type == error["type"]
+        assert outcome.partial is not None
+        assert outcome.partial.interrupted
+        _check_content(outcome.partial, expected)
+        return
+
+    assert isinstance(outcome, AgentResponse), repr(outcome)
+    _check_content(outcome, expected)
+
+    calls = [c for c in expected["tool_calls"] if not c.get("block_not_stopped")]
+    got = outcome.tool_calls
+    assert [c.name for c in got] == [c["name"] for c in calls]
+    assert [c.arguments for c in got] == [c["arguments"] for c in calls]
+    for call, want in zip(got, calls, strict=True):
+        assert call.error is None
+        if want["id"]:  # the provider sent one
+            assert call.id == want["id"]
+        else:
+            assert call.id  # a generated one
+    assert len({c.id for c in got}) == len(got)
+
+    assert outcome.finish_reason == _expected_finish(fmt, expected, calls)
+
+    want_usage = _expected_usage(fmt, expected["usage"])
+    if want_usage is None:
+        assert outcome.usage is None
+    else:
+        assert outcome.usage is not None
+        assert outcome.usage.prompt_tokens == want_usage.prompt_tokens
+        assert outcome.usage.completion_tokens == want_usage.completion_tokens
+        assert outcome.usage.total_tokens == want_usage.total_tokens
+
+    if entry["model"]:
+        assert outcome.model == entry["model"]
+
+
+# ---------------------------------------------------------------- split bodies
+
+
+def _normalized(outcome: AgentResponse | RafrxError, body: bytes) -> Any:
+    """A comparable form: generated tool-call ids (absent from the body) renamed by order."""
+    if isinstance(outcome, RafrxError):
+        assert outcome.partial is not None
+        return (type(outcome), outcome.message, _normalized(outcome.partial, body))
+    text = json.dumps(outcome.to_dict(), sort_keys=True)
+    for n, call in enumerate(outcome.tool_calls):
+        if json.dumps(call.id).encode() not in body:
+            text = text.replace(json.dumps(call.id), f'"<generated {n}>"')
+    return text
+
+
+def _split(body: bytes, cuts: list[int]) -> list[bytes]:
+    points = [0, *sorted(set(cuts)), len(body)]
+    return [body[a:b] for a, b in itertools.pairwise(points)]
+
+
+@pytest.mark.parametrize("path", IDS)
+@settings(max_examples=5, deadline=None, database=None)
+@given(data=st.data())
+def test_fixture_split_anywhere_gives_the_same_response(path: str, data: st.DataObject) -> None:
+    entry = BY_PATH[path]
+    body = _body(entry)
+    cuts = data.draw(st.lists(st.integers(0, len(body)), max_size=40), label="cuts")
+    whole = _normalized(_outcome(body, entry["format"]), body)
+    split = _normalized(_outcome(_split(body, cuts), entry["format"]), body)
+    assert split == whole
+
+
+@pytest.mark.parametrize("path", ONE_BYTE)
+def test_fixture_one_byte_chunks_give_the_same_response(path: str) -> None:
+    entry = BY_PATH[path]
+    body = _body(entry)
+    whole = _normalized(_outcome(body, entry["format"]), body)
+    bytewise = (body[i : i + 1] for i in range(len(body)))
+    assert _normalized(_outcome(bytewise, entry["format"]), body) == whole
+
+
+def test_every_stream_of_the_manifest_is_tested() -> None:
+    assert len(STREAMS) == 61
+    assert {e["format"] for e in STREAMS} == {"openai-chat", "anthropic", "openai-responses"}
+    assert all((FIXTURES / p).is_file() for p in IDS)
