@@ -257,7 +257,8 @@ def to_anthropic(messages: Iterable[ChatMessage]) -> tuple[str | None, list[dict
 
 
 def _all_tool_results(blocks: list[dict[str, Any]]) -> bool:
-    return all(b.get("type") == "tool_result" for b in blocks)
+    # An empty user message is not a run of tool results: merging into it would lose it.
+    return bool(blocks) and all(b.get("type") == "tool_result" for b in blocks)
 
 
 def from_anthropic(system: str | None, messages: Iterable[Mapping[str, Any]]) -> list[ChatMessage]:
