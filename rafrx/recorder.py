@@ -1,0 +1,735 @@
+"""Record a stream with its timing, and replay it: the way to share a bug or build a test.
+
+Two formats:
+
+* **JSON lines** (``record`` / ``load`` / ``replay``): one line per item of
+  any rafrx observable (updates or result chunks), ``{"t": seconds since
+  subscribe, "kind": class name, "fields": {...}}``, then a ``completed`` or
+  ``error`` line. Replaying gives back equal items, then the same terminal
+  event (the error rebuilt as the same :mod:`rafrx.errors` class).
+* **Raw SSE** (``record_sse`` / ``record_http`` / ``load_sse``): the exact
+  response bytes in a ``.sse`` file plus a ``.timing.json`` next to it (when
+  each chunk arrived, the request and response headers). ``replay`` of a
+  ``.sse`` file gives the byte chunks, or updates when a ``dialect`` is named.
+
+Secrets never reach a file: ``Authorization``/``x-api-key`` style headers,
+``key=`` URL parameters, bearer tokens, ``sk-...`` keys and the values of
+``*_API_KEY``/``*_TOKEN`` environment variables are redacted.
+
+Example:
+    >>> import reactivex, tempfile, pathlib
+    >>> from rafrx import updates as u, FinishReason
+    >>> path = pathlib.Path(tempfile.mkdtemp()) / "turn.jsonl"
+    >>> source = reactivex.from_iterable([u.TextDelta("Hi"), u.Finish(FinishReason.STOP)])
+    >>> record(source, path).run()
+    Finish(finish_reason=<FinishReason.STOP: 'stop'>, usage=None)
+    >>> from reactivex import operators as rxops
+    >>> replay(path).pipe(rxops.to_list()).run()
+    [TextDelta(delta='Hi'), Finish(finish_reason=<FinishReason.STOP: 'stop'>, usage=None)]
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import datetime
+import json
+import os
+import re
+import time
+import typing
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any, Final
+
+import attrs
+import reactivex
+from reactivex import Observable, abc
+from reactivex.disposable import CompositeDisposable, Disposable, SerialDisposable
+from reactivex.scheduler.eventloop import AsyncIOScheduler
+
+from rafrx import content, errors, events, updates
+from rafrx.response import AgentResponseResult, FinishReason, Usage
+
+__all__ = [
+    "FORMAT_VERSION",
+    "Entry",
+    "Recording",
+    "SSERecording",
+    "decode_item",
+    "encode_item",
+    "guess_dialect",
+    "load",
+    "load_sse",
+    "record",
+    "record_http",
+    "record_sse",
+    "redact",
+    "redact_headers",
+    "replay",
+    "timing_path",
+]
+
+#: Version written in the header line of JSON-lines and ``.timing.json`` files.
+FORMAT_VERSION: Final = 1
+
+_REDACTED: Final = "[REDACTED]"
+
+# ----------------------------------------------------------------- redaction
+
+_SECRET_HEADERS: Final = frozenset(
+    {
+        "authorization",
+        "proxy-authorization",
+        "x-api-key",
+        "api-key",
+        "x-goog-api-key",
+        "cookie",
+        "set-cookie",
+        "openai-organization",
+        "openai-project",
+    }
+)
+_SECRET_ENV: Final = re.compile(r"(API_KEY|_TOKEN|_SECRET|PASSWORD|APIKEY)$", re.IGNORECASE)
+_PATTERNS: Final = (
+    re.compile(r"\b(?P<s>sk-[A-Za-z0-9_\-]{16,})"),
+    re.compile(r"\b(?P<s>AIza[0-9A-Za-z_\-]{30,})"),
+    re.compile(r"(?i)\bbearer\s+(?P<s>[A-Za-z0-9._~+/=\-]{8,})"),
+    re.compile(r"(?i)[?&](?:api_key|apikey|key|token|access_token)=(?P<s>[^&#\s\"']+)"),
+)
+
+
+def _spans(text: str, secrets: Iterable[str]) -> list[tuple[int, int]]:
+    spans: list[tuple[int, int]] = []
+    for secret in secrets:
+        start = text.find(secret) if secret else -1
+        while start >= 0:
+            spans.append((start, start + len(secret)))
+            start = text.find(secret, start + 1)
+    for pattern in _PATTERNS:
+        spans.extend(m.span("s") for m in pattern.finditer(text))
+    return spans
+
+
+def _env_secrets() -> list[str]:
+    return [v for k, v in os.environ.items() if _SECRET_ENV.search(k) and len(v) >= 8]
+
+
+def redact(text: str, secrets: Iterable[str] = ()) -> str:
+    """``text`` with API keys, bearer tokens and the given ``secrets`` replaced.
+
+    The values of environment variables named like ``*_API_KEY`` or
+    ``*_TOKEN`` are always treated as secrets.
+
+    Example:
+        >>> redact("Authorization: Bearer abc.def.ghijkl and sk-proj-0123456789abcdefXYZ")
+        'Authorization: Bearer [REDACTED] and [REDACTED]'
+        >>> redact("the code is hunter2-hunter2", secrets=["hunter2-hunter2"])
+        'the code is [REDACTED]'
+    """
+    return _redact(text, (*secrets, *_env_secrets()))
+
+
+def _redact(text: str, secrets: tuple[str, ...]) -> str:
+    spans = _spans(text, secrets)
+    if not spans:
+        return text
+    out: list[str] = []
+    position = 0
+    for start, end in sorted(spans):
+        if end <= position:
+            continue
+        out.append(text[position : max(start, position)])
+        out.append(_REDACTED)
+        position = end
+    out.append(text[position:])
+    return "".join(out)
+
+
+def _mask_bytes(data: bytes, secrets: Iterable[str]) -> bytes:
+    """Redact ``data`` keeping its length (``*`` per byte), so chunk offsets stay valid."""
+    text = data.decode("latin-1")  # one char per byte: lengths are preserved
+    needles = [secret.encode().decode("latin-1") for secret in (*secrets, *_env_secrets())]
+    spans = _spans(text, needles)
+    if not spans:
+        return data
+    masked = bytearray(data)
+    for start, end in spans:
+        masked[start:end] = b"*" * (end - start)
+    return bytes(masked)
+
+
+def redact_headers(headers: Mapping[str, str], secrets: Iterable[str] = ()) -> dict[str, str]:
+    """A copy of ``headers`` with credentials replaced by ``[REDACTED]``.
+
+    Example:
+        >>> redact_headers({"Authorization": "Bearer x", "Accept": "text/event-stream"})
+        {'Authorization': '[REDACTED]', 'Accept': 'text/event-stream'}
+    """
+    secrets = tuple(secrets)
+    return {
+        k: _REDACTED if k.lower() in _SECRET_HEADERS else redact(str(v), secrets)
+        for k, v in headers.items()
+    }
+
+
+# ----------------------------------------------------------------- item codec
+
+
+def _classes(union: Any) -> dict[str, type]:
+    return {cls.__name__: cls for cls in typing.get_args(union)}
+
+
+_TOP: Final[dict[str, type]] = {
+    **_classes(updates.AgentResponseUpdate),
+    "AgentResponseResult": AgentResponseResult,
+}
+_NESTED: Final[dict[str, type]] = {
+    **_classes(content.Content),
+    **_classes(events.Event),
+    "Usage": Usage,
+    "ResponseMetadata": content.ResponseMetadata,
+}
+
+
+def _encode(value: Any, secrets: tuple[str, ...]) -> Any:
+    if isinstance(value, FinishReason):
+        return value.value
+    if value is None or isinstance(value, bool | int | float):
+        return value
+    if isinstance(value, str):
+        return _redact(value, secrets)
+    if attrs.has(type(value)) and _NESTED.get(type(value).__name__) is type(value):
+        return {"$type": type(value).__name__, **_fields(value, secrets)}
+    if isinstance(value, list | tuple):
+        return [_encode(v, secrets) for v in value]
+    if isinstance(value, Mapping):
+        encoded = {str(k): _encode(v, secrets) for k, v in value.items()}
+        return {"$dict": encoded} if "$type" in encoded or "$dict" in encoded else encoded
+    return {"$repr": _redact(repr(value), secrets)}
+
+
+def _fields(value: Any, secrets: tuple[str, ...]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for field in attrs.fields(type(value)):
+        v = getattr(value, field.name)
+        if isinstance(field.default, attrs.Factory):  # type: ignore[arg-type]
+            default = field.default.factory()
+        else:
+            default = field.default
+        if default is not attrs.NOTHING and v == default:
+            continue
+        out[field.name] = _encode(v, secrets)
+    return out
+
+
+def _decode(value: Any) -> Any:
+    if isinstance(value, list):
+        return [_decode(v) for v in value]
+    if not isinstance(value, dict):
+        return value
+    if "$dict" in value:
+        return {k: _decode(v) for k, v in value["$dict"].items()}
+    if "$repr" in value:
+        return value["$repr"]
+    if "$type" in value:
+        fields = {k: _decode(v) for k, v in value.items() if k != "$type"}
+        return _build(_NESTED[value["$type"]], fields)
+    return {k: _decode(v) for k, v in value.items()}
+
+
+def _build(cls: type, fields: dict[str, Any]) -> Any:
+    if isinstance(fields.get("finish_reason"), str):
+        fields["finish_reason"] = FinishReason(fields["finish_reason"])
+    return cls(**fields)
+
+
+def encode_item(item: Any, secrets: Iterable[str] = ()) -> tuple[str, dict[str, Any]]:
+    """``(kind, fields)``: an item as JSON-ready data (strings redacted).
+
+    Updates and :class:`~rafrx.AgentResponseResult` keep their class name as
+    ``kind``; plain JSON values are ``"value"``; anything else is kept as its
+    ``repr`` (``"repr"``).
+
+    Example:
+        >>> encode_item(updates.ToolCallStart("call_1", "get_weather"))
+        ('ToolCallStart', {'id': 'call_1', 'name': 'get_weather'})
+    """
+    return _encode_item(item, (*secrets, *_env_secrets()))
+
+
+def _encode_item(item: Any, secrets: tuple[str, ...]) -> tuple[str, dict[str, Any]]:
+    cls = type(item)
+    if attrs.has(cls) and _TOP.get(cls.__name__) is cls:
+        return cls.__name__, _fields(item, secrets)
+    if item is None or isinstance(item, bool | int | float | str | list | dict):
+        return "value", {"value": _encode(item, secrets)}
+    return "repr", {"repr": _redact(repr(item), secrets)}
+
+
+def decode_item(kind: str, fields: Mapping[str, Any]) -> Any:
+    """The item :func:`encode_item` encoded as ``(kind, fields)``.
+
+    Example:
+        >>> decode_item("TextDelta", {"delta": "Hi"})
+        TextDelta(delta='Hi')
+    """
+    if kind == "value":
+        return _decode(fields.get("value"))
+    if kind == "repr":
+        return fields.get("repr", "")
+    if kind not in _TOP:
+        raise ValueError(f"unknown recorded item kind {kind!r}")
+    return _build(_TOP[kind], {k: _decode(v) for k, v in fields.items()})
+
+
+def _encode_error(error: BaseException, secrets: tuple[str, ...]) -> dict[str, Any]:
+    state: dict[str, Any] = {"type": type(error).__name__, "message": _redact(str(error), secrets)}
+    for key, value in vars(error).items() if hasattr(error, "__dict__") else ():
+        if key in {"partial", "message"} or not isinstance(value, str | int | float | bool):
+            continue
+        state[key] = _redact(value, secrets) if isinstance(value, str) else value
+    return state
+
+
+def _decode_error(state: Mapping[str, Any]) -> Exception:
+    name = str(state.get("type", "RafrxError"))
+    message = str(state.get("message", ""))
+    cls = getattr(errors, name, None)
+    if isinstance(cls, type) and issubclass(cls, errors.RafrxError):
+        err = cls.__new__(cls)
+        Exception.__init__(err, message)
+        err.__dict__.update({k: v for k, v in state.items() if k != "type"})
+        err.message = message
+        err.partial = None
+        return err
+    builtin = getattr(builtins, name, None)
+    if isinstance(builtin, type) and issubclass(builtin, Exception):
+        try:
+            return builtin(message)
+        except TypeError:
+            pass
+    return errors.RafrxError(f"{name}: {message}")
+
+
+# ----------------------------------------------------------------- recordings
+
+
+def _tuple(items: Iterable[Any]) -> tuple[Any, ...]:
+    return tuple(items)
+
+
+@attrs.frozen
+class Entry:
+    """One recorded item and when it arrived (seconds after subscribing)."""
+
+    t: float
+    item: Any
+
+
+@attrs.frozen
+class Recording:
+    """A loaded JSON-lines recording: the entries and how the stream ended.
+
+    ``end`` is the time of the terminal event (``None`` if the stream never
+    ended, e.g. it was disposed); ``error`` the error it ended with.
+    """
+
+    entries: tuple[Entry, ...] = attrs.field(converter=_tuple)
+    end: float | None = None
+    error: Exception | None = attrs.field(default=None, eq=False)
+
+    @property
+    def items(self) -> list[Any]:
+        """The recorded items, without timing."""
+        return [e.item for e in self.entries]
+
+
+def record(
+    observable: Observable[Any], path: str | os.PathLike[str], *, secrets: Iterable[str] = ()
+) -> Observable[Any]:
+    """``observable``, writing each item it emits to ``path`` (JSON lines).
+
+    Cold like its source: each subscription records again (overwriting the
+    file), items pass through unchanged. The file is closed when the stream
+    completes, fails or is disposed.
+
+    Args:
+        observable: any rafrx stream (updates or result chunks).
+        path: the ``.jsonl`` file to write.
+        secrets: strings to redact besides the built-in patterns.
+    """
+    target = Path(path)
+    extra = tuple(secrets)
+
+    def subscribe(
+        observer: abc.ObserverBase[Any], scheduler: abc.SchedulerBase | None = None
+    ) -> abc.DisposableBase:
+        hidden = (*extra, *_env_secrets())
+        start = time.monotonic()
+        file = target.open("w", encoding="utf-8")
+        header = {"version": FORMAT_VERSION, "created": _now()}
+        _write(file, {"t": 0.0, "kind": "header", "fields": header})
+
+        def elapsed() -> float:
+            return round(time.monotonic() - start, 6)
+
+        def on_next(item: Any) -> None:
+            if not file.closed:
+                kind, fields = _encode_item(item, hidden)
+                _write(file, {"t": elapsed(), "kind": kind, "fields": fields})
+            observer.on_next(item)
+
+        def on_error(error: Exception) -> None:
+            if not file.closed:
+                fields = _encode_error(error, hidden)
+                _write(file, {"t": elapsed(), "kind": "error", "fields": fields})
+                file.close()
+            observer.on_error(error)
+
+        def on_completed() -> None:
+            if not file.closed:
+                _write(file, {"t": elapsed(), "kind": "completed"})
+                file.close()
+            observer.on_completed()
+
+        try:
+            upstream = observable.subscribe(on_next, on_error, on_completed, scheduler=scheduler)
+        except BaseException:
+            file.close()
+            raise
+        return CompositeDisposable(upstream, Disposable(file.close))
+
+    return Observable(subscribe)
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+
+
+def _write(file: Any, line: Mapping[str, Any]) -> None:
+    file.write(json.dumps(line, ensure_ascii=False, separators=(",", ":")) + "\n")
+    file.flush()
+
+
+def load(path: str | os.PathLike[str]) -> Recording:
+    """Read a JSON-lines recording written by :func:`record`.
+
+    Raises:
+        FileNotFoundError: ``path`` does not exist.
+        ValueError: a line is not a recorded item.
+    """
+    entries: list[Entry] = []
+    end: float | None = None
+    error: Exception | None = None
+    with Path(path).open(encoding="utf-8") as file:
+        for number, line in enumerate(file, 1):
+            if not line.strip():
+                continue
+            try:
+                data = json.loads(line)
+                kind, t, fields = data["kind"], float(data["t"]), data.get("fields", {})
+            except (ValueError, KeyError, TypeError) as exc:
+                raise ValueError(f"{path}:{number}: not a recorded item ({exc})") from None
+            if kind == "header":
+                continue
+            if kind == "completed":
+                end = t
+            elif kind == "error":
+                end, error = t, _decode_error(fields)
+            else:
+                entries.append(Entry(t, decode_item(kind, fields)))
+    return Recording(entries, end, error)
+
+
+# ----------------------------------------------------------------- raw SSE
+
+
+def timing_path(path: str | os.PathLike[str]) -> Path:
+    """The ``.timing.json`` that goes with a ``.sse`` file.
+
+    Example:
+        >>> timing_path("streams/turn.sse").as_posix()
+        'streams/turn.timing.json'
+    """
+    p = Path(path)
+    return p.with_name(p.stem + ".timing.json") if p.suffix == ".sse" else Path(f"{p}.timing.json")
+
+
+@attrs.frozen
+class SSERecording:
+    """A raw recording: byte chunks with arrival times, and what was saved about the exchange."""
+
+    chunks: tuple[tuple[float, bytes], ...] = attrs.field(converter=_tuple)
+    meta: Mapping[str, Any] = attrs.field(factory=dict)
+
+    @property
+    def body(self) -> bytes:
+        """All bytes, joined."""
+        return b"".join(chunk for _, chunk in self.chunks)
+
+    @property
+    def dialect(self) -> str:
+        """The recorded dialect, else :func:`guess_dialect` of the body."""
+        known = self.meta.get("dialect")
+        return str(known) if known else guess_dialect(self.body)
+
+
+def guess_dialect(body: bytes) -> str:
+    """The dialect an SSE body looks like (``openai-chat`` when unsure).
+
+    Example:
+        >>> guess_dialect(b'event: message_start\\ndata: {"type": "message_start"}\\n\\n')
+        'anthropic'
+    """
+    head = body[:4096]
+    if b"message_start" in head or b"content_block_" in head:
+        return "anthropic"
+    if b'"response.' in head or b"event: response." in head:
+        return "openai-responses"
+    return "openai-chat"
+
+
+def _write_sse(
+    path: Path, chunks: list[tuple[float, bytes]], meta: Mapping[str, Any], secrets: tuple[str, ...]
+) -> None:
+    body = _mask_bytes(b"".join(c for _, c in chunks), secrets)
+    path.write_bytes(body)
+    timing = {
+        "version": FORMAT_VERSION,
+        "created": _now(),
+        **meta,
+        "chunks": [[round(t, 6), len(c)] for t, c in chunks],
+    }
+    text = json.dumps(timing, ensure_ascii=False, indent=1)
+    timing_path(path).write_text(redact(text, secrets), encoding="utf-8")
+
+
+async def record_sse(
+    chunks: AsyncIterable[bytes],
+    path: str | os.PathLike[str],
+    *,
+    meta: Mapping[str, Any] | None = None,
+    secrets: Iterable[str] = (),
+) -> AsyncIterator[bytes]:
+    """Pass ``chunks`` through, saving them to ``path`` (+ ``.timing.json``) at the end.
+
+    The files are written when the iteration ends, however it ends (an
+    error's text goes into the timing file as ``"error"``).
+
+    Example:
+        >>> async def main(path):
+        ...     async def body():
+        ...         yield b"data: {}\\n\\n"
+        ...     return [chunk async for chunk in record_sse(body(), path)]
+    """
+    target, hidden = Path(path), tuple(secrets)
+    info: dict[str, Any] = dict(meta or {})
+    seen: list[tuple[float, bytes]] = []
+    start = time.monotonic()
+    try:
+        async for chunk in chunks:
+            seen.append((time.monotonic() - start, bytes(chunk)))
+            yield chunk
+    except Exception as exc:
+        info["error"] = f"{type(exc).__name__}: {exc}"
+        raise
+    finally:
+        info["end"] = round(time.monotonic() - start, 6)
+        _write_sse(target, seen, info, hidden)
+
+
+async def record_http(
+    url: str,
+    path: str | os.PathLike[str],
+    *,
+    json_body: Any = None,
+    headers: Mapping[str, str] | None = None,
+    method: str = "POST",
+    dialect: str | None = None,
+    timeout: float = 120.0,
+) -> SSERecording:
+    """Send one request and save the raw response body with its timing.
+
+    Authorization headers, API keys and key-like URL parameters are redacted
+    in both files.
+
+    Args:
+        url: the streaming endpoint (e.g. ``{base_url}/chat/completions``).
+        path: the ``.sse`` file to write.
+        json_body: the JSON request body.
+        headers: request headers (credentials are recorded only as ``[REDACTED]``).
+        method: the HTTP method.
+        dialect: written to the timing file so a replay knows how to decode.
+        timeout: seconds for the whole exchange.
+
+    Returns:
+        The recording, as :func:`load_sse` would read it back.
+    """
+    import aiohttp
+
+    request_headers = dict(headers or {})
+    secrets = tuple(
+        v.split(" ", 1)[-1]
+        for k, v in request_headers.items()
+        if k.lower() in _SECRET_HEADERS and len(v.split(" ", 1)[-1]) >= 4
+    )
+    meta: dict[str, Any] = {
+        "dialect": dialect,
+        "request": {
+            "method": method,
+            "url": redact(url, secrets),
+            "headers": redact_headers(request_headers, secrets),
+        },
+    }
+    client_timeout = aiohttp.ClientTimeout(total=timeout)
+    async with (
+        aiohttp.ClientSession(timeout=client_timeout) as session,
+        session.request(method, url, json=json_body, headers=request_headers) as response,
+    ):
+        meta["response"] = {
+            "status": response.status,
+            "headers": redact_headers(dict(response.headers), secrets),
+        }
+        target = Path(path)
+        body = record_sse(response.content.iter_any(), target, meta=meta, secrets=secrets)
+        async for _ in body:
+            pass
+    return load_sse(target)
+
+
+def load_sse(path: str | os.PathLike[str]) -> SSERecording:
+    """Read a ``.sse`` file and its ``.timing.json`` (if any).
+
+    Without a timing file (e.g. a fixture) the whole body is one chunk at
+    time 0.
+    """
+    body = Path(path).read_bytes()
+    timing = timing_path(path)
+    if not timing.exists():
+        return SSERecording([(0.0, body)], {})
+    meta = json.loads(timing.read_text(encoding="utf-8"))
+    chunks: list[tuple[float, bytes]] = []
+    offset = 0
+    for t, size in meta.pop("chunks", []):
+        chunks.append((float(t), body[offset : offset + int(size)]))
+        offset += int(size)
+    if offset < len(body):
+        chunks.append((chunks[-1][0] if chunks else 0.0, body[offset:]))
+    return SSERecording(chunks, meta)
+
+
+# ----------------------------------------------------------------- replay
+
+
+def replay(
+    path: str | os.PathLike[str],
+    *,
+    pacing: bool = False,
+    speed: float = 1.0,
+    dialect: str | None = None,
+) -> Observable[Any]:
+    """Replay a recording as a cold observable.
+
+    A ``.jsonl`` recording gives its items, then its terminal event. A
+    ``.sse`` file gives its byte chunks, or, with ``dialect`` (``"auto"``
+    uses the recorded or guessed one), the updates of
+    :func:`rafrx.sources.from_sse`.
+
+    Args:
+        path: a file written by :func:`record` or :func:`record_sse`.
+        pacing: ``False`` emits everything synchronously on subscribe (no
+            event loop needed); ``True`` keeps the recorded timing, on the
+            scheduler given to ``subscribe`` or else the running asyncio loop.
+        speed: with ``pacing``, how many times faster than recorded.
+        dialect: for ``.sse`` files, decode to updates with this dialect.
+    """
+    if speed <= 0:
+        raise ValueError("speed must be > 0")
+    file = Path(path)
+    if file.suffix == ".sse":
+        raw = load_sse(file)
+        timed: list[tuple[float, Any]] = list(raw.chunks)
+        if dialect is None:
+            return _timed(timed, None, None, pacing, speed)
+        return _decode_sse(raw, raw.dialect if dialect == "auto" else dialect, pacing, speed)
+    recording = load(file)
+    timed = [(e.t, e.item) for e in recording.entries]
+    return _timed(timed, recording.end, recording.error, pacing, speed)
+
+
+def _decode_sse(raw: SSERecording, dialect: str, pacing: bool, speed: float) -> Observable[Any]:
+    from rafrx.sources import from_sse
+
+    if not pacing:
+        return from_sse([chunk for _, chunk in raw.chunks], dialect=dialect)
+
+    async def paced() -> AsyncIterator[bytes]:
+        start = time.monotonic()
+        for t, chunk in raw.chunks:
+            delay = t / speed - (time.monotonic() - start)
+            if delay > 0:
+                await asyncio.sleep(delay)
+            yield chunk
+
+    return reactivex.defer(lambda _: from_sse(paced(), dialect=dialect))
+
+
+def _timed(
+    items: list[tuple[float, Any]],
+    end: float | None,
+    error: Exception | None,
+    pacing: bool,
+    speed: float,
+) -> Observable[Any]:
+    def finish(observer: abc.ObserverBase[Any]) -> None:
+        if error is not None:
+            observer.on_error(error)
+        else:  # a recording cut short (disposed) replays as complete
+            observer.on_completed()
+
+    def subscribe_sync(
+        observer: abc.ObserverBase[Any], scheduler: abc.SchedulerBase | None = None
+    ) -> abc.DisposableBase:
+        disposed = False
+
+        def dispose() -> None:
+            nonlocal disposed
+            disposed = True
+
+        for _, item in items:
+            if disposed:
+                break
+            observer.on_next(item)
+        if not disposed:
+            finish(observer)
+        return Disposable(dispose)
+
+    def subscribe_paced(
+        observer: abc.ObserverBase[Any], scheduler: abc.SchedulerBase | None = None
+    ) -> abc.DisposableBase:
+        sched = scheduler or AsyncIOScheduler(asyncio.get_running_loop())
+        start = sched.now
+        pending = SerialDisposable()
+
+        def due(t: float) -> float:
+            return max(0.0, t / speed - (sched.now - start).total_seconds())
+
+        def emit(index: int) -> Callable[[abc.SchedulerBase, Any], None]:
+            def action(_: abc.SchedulerBase, __: Any = None) -> None:
+                if index < len(items):
+                    observer.on_next(items[index][1])
+                    schedule(index + 1)
+                else:
+                    finish(observer)
+
+            return action
+
+        def schedule(index: int) -> None:
+            t = items[index][0] if index < len(items) else (end or (items[-1][0] if items else 0))
+            pending.disposable = sched.schedule_relative(due(t), emit(index))
+
+        schedule(0)
+        return pending
+
+    return Observable(subscribe_paced if pacing else subscribe_sync)
