@@ -159,7 +159,11 @@ def _from_async(chunks: AsyncIterable[bytes], make: Any) -> Observable[AgentResp
                         await aclose()
                 emit(tail)
             except Exception as err:  # the stream's error, or a subscriber's
-                if not disposed:
+                if disposed:  # a subscriber raised and disposed: nobody to tell but the loop
+                    loop.call_exception_handler(
+                        {"message": "rafrx.from_sse: error after disposal", "exception": err}
+                    )
+                else:
                     _report(loop, functools.partial(observer.on_error, err))
             else:
                 if not disposed:
