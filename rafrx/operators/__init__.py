@@ -26,13 +26,19 @@ from typing import TYPE_CHECKING
 from rafrx.typing import Operator
 
 if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable
+    from typing import Any
+
+    from rafrx.operators._execute_tools import Approver
     from rafrx.response import AgentResponse, AgentResponseResult
+    from rafrx.tools import Tool
     from rafrx.updates import AgentResponseUpdate
 
 __all__ = [
     "accumulate_tool_calls",
     "aggregate",
     "convert",
+    "execute_tools",
     "flush_tool_calls",
     "parse_args_stream",
     "split_legacy_delta",
@@ -229,3 +235,58 @@ def aggregate(agent_id: str | None = None) -> Operator[AgentResponseResult, Agen
     from rafrx.operators._aggregate import aggregate as _op
 
     return _op(agent_id)
+
+
+def execute_tools(
+    tools: Iterable[Tool | Callable[..., Any]],
+    approver: Approver | None = None,
+    *,
+    concurrency: int = 8,
+    max_result_chars: int = 100_000,
+) -> Operator[AgentResponseResult, AgentResponseResult]:
+    """Run each ``ToolCallingContent`` and emit its ``ToolCalledContent``.
+
+    Every result passes through unchanged. Each call runs as an asyncio task
+    on the running loop (at most ``concurrency`` at once; sync tools in a
+    worker thread), and its ``ToolCalledContent`` comes in a result of its
+    own as soon as it finishes: ``result`` holds the return value (a ``str``
+    as is, anything else as JSON), ``error`` says what went wrong: unknown
+    tool, unparsable or invalid arguments, the exception raised (type and
+    message), a timeout, or a denied approval. Nothing fails the stream.
+    Results and errors longer than ``max_result_chars`` are cut, with a
+    marker. A tool that requires approval first emits a result with a
+    ``ToolApprovalRequestEvent``, then waits for ``approver``: an async or
+    sync callable returning a bool (or a ``ToolApprovalResponse``), or an
+    observable of ``ToolApprovalResponse`` (a ``Subject`` the UI answers);
+    with no approver the call is denied. Completion waits for every running
+    tool; disposal cancels them.
+
+    .. marble::
+        :text:
+
+        -r(Calling(a))--r(Calling(b))--|
+        [        execute_tools([a, b])                    ]
+        -r(Calling(a))--r(Calling(b))------r(Called(b))--r(Called(a))-|
+
+    Example:
+        >>> import asyncio, reactivex
+        >>> from reactivex import operators as rx
+        >>> from rafrx import ToolCallingContent, AgentResponseResult
+        >>> from rafrx.tools import tool
+        >>> @tool
+        ... def add(a: int, b: int) -> int:
+        ...     return a + b
+        >>> calls = [ToolCallingContent("c1", "add", {"a": 2, "b": 3}),
+        ...          ToolCallingContent("c2", "add", {"a": 2})]
+        >>> async def main():
+        ...     stream = reactivex.of(AgentResponseResult(contents=calls))
+        ...     return await stream.pipe(execute_tools([add]), rx.to_list())
+        >>> done = [r.contents[0] for r in asyncio.run(main())[1:]]  # in the order they finish
+        >>> for content in sorted(done, key=lambda c: c.call_id):
+        ...     print(content)
+        ToolCalledContent(call_id='c1', result='5', error=None)
+        ToolCalledContent(call_id='c2', result=None, error="invalid arguments for tool 'add': missing required argument 'b'")
+    """  # noqa: E501
+    from rafrx.operators._execute_tools import execute_tools as _op
+
+    return _op(tools, approver, concurrency=concurrency, max_result_chars=max_result_chars)

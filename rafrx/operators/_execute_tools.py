@@ -1,0 +1,248 @@
+"""``execute_tools``: run each :class:`ToolCallingContent`, emit its :class:`ToolCalledContent`."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any, TypeAlias
+
+from reactivex import Observable, abc
+from reactivex.disposable import CompositeDisposable, Disposable, SingleAssignmentDisposable
+
+from rafrx.content import ToolCalledContent, ToolCallingContent
+from rafrx.errors import InvalidToolArguments, ToolApprovalDenied, ToolError, ToolNotFound
+from rafrx.events import ToolApprovalRequestEvent
+from rafrx.response import AgentResponseResult
+from rafrx.tools import Tool, ToolApprovalResponse, _is_async, as_tool, format_result
+from rafrx.typing import Operator
+
+__all__ = ["Approver", "clip", "execute_tools"]
+
+logger = logging.getLogger("rafrx.tools")
+
+Approver: TypeAlias = (
+    Callable[[ToolApprovalRequestEvent], Awaitable[bool | ToolApprovalResponse]]
+    | Callable[[ToolApprovalRequestEvent], bool | ToolApprovalResponse]
+    | Observable[ToolApprovalResponse]
+)
+"""An async or sync callable answering approval requests, or an observable of answers."""
+
+
+def clip(text: str, limit: int) -> str:
+    """``text`` cut to ``limit`` characters, with a marker saying how much was cut.
+
+    Example:
+        >>> clip("abcdef", 3)
+        'abc… [truncated: 3 more characters]'
+    """
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}… [truncated: {len(text) - limit} more characters]"
+
+
+class _Runner:
+    """The per-subscription state: running tasks, approvals, completion."""
+
+    def __init__(
+        self,
+        observer: abc.ObserverBase[AgentResponseResult],
+        tools: dict[str, Tool],
+        approver: Approver | None,
+        concurrency: int,
+        max_chars: int,
+    ) -> None:
+        self.observer = observer
+        self.tools = tools
+        self.approver = approver
+        self.max_chars = max_chars
+        self.concurrency = concurrency
+        self.semaphore: asyncio.Semaphore | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.tasks: set[asyncio.Task[None]] = set()
+        self.seen: set[str] = set()
+        self.answers: dict[str, ToolApprovalResponse] = {}
+        self.waiting: dict[str, asyncio.Future[ToolApprovalResponse]] = {}
+        self.upstream = SingleAssignmentDisposable()
+        self.upstream_done = False
+        self.stopped = False
+
+    # ------------------------------------------------------------ Rx side
+
+    def on_next(self, result: AgentResponseResult) -> None:
+        if self.stopped:
+            return
+        self.observer.on_next(result)
+        for content in result.contents:
+            if self.stopped:
+                return
+            if isinstance(content, ToolCallingContent) and content.call_id not in self.seen:
+                self.seen.add(content.call_id)
+                self.start(content, result)
+
+    def on_error(self, error: Exception) -> None:
+        if not self.stopped:
+            self.stop()
+            self.observer.on_error(error)
+
+    def on_completed(self) -> None:
+        self.upstream_done = True
+        self.maybe_complete()
+
+    def maybe_complete(self) -> None:
+        if self.upstream_done and not self.tasks and not self.stopped:
+            self.stop()
+            self.observer.on_completed()
+
+    def on_answer(self, answer: ToolApprovalResponse) -> None:
+        future = self.waiting.pop(answer.call_id, None)
+        if future is None:
+            self.answers[answer.call_id] = answer
+        elif not future.done():
+            future.set_result(answer)
+
+    def stop(self) -> None:
+        self.stopped = True
+        self.upstream.dispose()
+        for task in list(self.tasks):
+            task.cancel()
+        for future in self.waiting.values():
+            future.cancel()
+
+    # ------------------------------------------------------------ asyncio side
+
+    def start(self, call: ToolCallingContent, result: AgentResponseResult) -> None:
+        if self.loop is None:
+            try:
+                self.loop = asyncio.get_running_loop()
+            except RuntimeError:
+                self.on_error(
+                    RuntimeError("execute_tools() runs tools on the running asyncio loop")
+                )
+                return
+        task = self.loop.create_task(self.run(call, result), name=f"rafrx tool {call.name}")
+        self.tasks.add(task)
+        task.add_done_callback(self.done)
+
+    def done(self, task: asyncio.Task[None]) -> None:
+        self.tasks.discard(task)
+        error = None if task.cancelled() else task.exception()
+        if isinstance(error, Exception):  # a bug, not a tool failure: fail the stream
+            self.on_error(error)
+        self.maybe_complete()
+
+    async def run(self, call: ToolCallingContent, result: AgentResponseResult) -> None:
+        content = await self.call(call, result)
+        self.emit(AgentResponseResult(result.id, result.model, None, (content,)))
+
+    def emit(self, result: AgentResponseResult) -> None:
+        if self.stopped:
+            return
+        try:
+            self.observer.on_next(result)
+        except Exception as exc:  # a downstream callback failed: end the stream with it
+            self.on_error(exc)
+
+    async def call(
+        self, call: ToolCallingContent, result: AgentResponseResult
+    ) -> ToolCalledContent:
+        try:
+            tool = self.tools.get(call.name)
+            if tool is None:
+                offered = ", ".join(sorted(self.tools)) or "none"
+                raise ToolNotFound(f"unknown tool {call.name!r} (available: {offered})")
+            if call.error is not None:
+                raise InvalidToolArguments(
+                    f"invalid arguments for tool {call.name!r}: {call.error}"
+                )
+            tool.validate(call.arguments)  # fail before asking anyone to approve
+            if tool.requires_approval:
+                await self.approve(tool, call, result)
+            if self.semaphore is None:
+                self.semaphore = asyncio.Semaphore(self.concurrency)
+            async with self.semaphore:
+                value = await tool.invoke(call.arguments)
+            text = format_result(value)
+        except ToolError as exc:
+            logger.info("tool call %s (%s) failed: %s", call.call_id, call.name, exc)
+            return ToolCalledContent(
+                call.call_id, error=clip(str(exc), self.max_chars), meta=call.meta
+            )
+        except Exception as exc:  # format_result, or a failing approver
+            message = f"tool {call.name!r}: {type(exc).__name__}: {exc}"
+            logger.info("tool call %s (%s) failed: %s", call.call_id, call.name, message)
+            return ToolCalledContent(
+                call.call_id, error=clip(message, self.max_chars), meta=call.meta
+            )
+        return ToolCalledContent(call.call_id, result=clip(text, self.max_chars), meta=call.meta)
+
+    async def approve(
+        self, tool: Tool, call: ToolCallingContent, result: AgentResponseResult
+    ) -> None:
+        approver = self.approver
+        if approver is None:
+            raise ToolApprovalDenied(
+                f"tool {call.name!r} requires approval and no approver is configured; "
+                "the call was not run"
+            )
+        request = ToolApprovalRequestEvent(
+            call.call_id, call.name, call.arguments, tool.description
+        )
+        self.emit(AgentResponseResult(result.id, result.model, None, (), (request,)))
+        if isinstance(approver, Observable):
+            answer: Any = self.answers.pop(call.call_id, None)
+            if answer is None:
+                future = asyncio.get_running_loop().create_future()
+                self.waiting[call.call_id] = future
+                answer = await future
+        else:
+            if _is_async(approver):
+                answer = approver(request)
+            else:  # a sync approver may block (a terminal prompt): keep it off the loop
+                answer = await asyncio.to_thread(approver, request)
+            if inspect.isawaitable(answer):
+                answer = await answer
+        approved = answer.approved if isinstance(answer, ToolApprovalResponse) else bool(answer)
+        if not approved:
+            reason = answer.reason if isinstance(answer, ToolApprovalResponse) else None
+            raise ToolApprovalDenied(
+                f"the user denied the call to tool {call.name!r}"
+                + (f": {reason}" if reason else "; it was not run")
+            )
+
+
+def execute_tools(
+    tools: Iterable[Tool | Callable[..., Any]],
+    approver: Approver | None = None,
+    *,
+    concurrency: int = 8,
+    max_result_chars: int = 100_000,
+) -> Operator[AgentResponseResult, AgentResponseResult]:
+    """See :func:`rafrx.operators.execute_tools`."""
+    table: dict[str, Tool] = {}
+    for item in tools:
+        t = as_tool(item)
+        if t.name in table:
+            raise ValueError(f"two tools are named {t.name!r}")
+        table[t.name] = t
+    if concurrency < 1:
+        raise ValueError(f"concurrency must be at least 1, got {concurrency}")
+
+    def operator(source: Observable[AgentResponseResult]) -> Observable[AgentResponseResult]:
+        def subscribe(
+            observer: abc.ObserverBase[AgentResponseResult],
+            scheduler: abc.SchedulerBase | None = None,
+        ) -> abc.DisposableBase:
+            runner = _Runner(observer, table, approver, concurrency, max_result_chars)
+            answers = SingleAssignmentDisposable()
+            if isinstance(approver, Observable):
+                answers.disposable = approver.subscribe(runner.on_answer)
+            runner.upstream.disposable = source.subscribe(
+                runner.on_next, runner.on_error, runner.on_completed, scheduler=scheduler
+            )
+            return CompositeDisposable(Disposable(runner.stop), answers)
+
+        return Observable(subscribe)
+
+    return operator
