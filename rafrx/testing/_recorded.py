@@ -1,0 +1,160 @@
+"""What :class:`~rafrx.testing.LLMServer` records about each request, secrets redacted.
+
+Example:
+    >>> req = RecordedRequest.build(
+    ...     "/v1/chat/completions",
+    ...     {"Authorization": "Bearer sk-secret", "Content-Type": "application/json"},
+    ...     {"messages": [{"role": "user", "content": "Hi"}], "tools": []},
+    ... )
+    >>> req.headers["authorization"], req.wire_format, req.last_role
+    ('Bearer ***', 'openai-chat', 'user')
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any, final
+
+import attrs
+from multidict import CIMultiDict, CIMultiDictProxy
+
+from rafrx.testing._render import WIRE_FORMATS, WireFormat
+
+__all__ = ["REDACTED", "SECRET_HEADERS", "RecordedRequest", "redact_headers"]
+
+#: What replaces a secret.
+REDACTED = "***"
+
+#: Headers whose values are secrets (lower case).
+SECRET_HEADERS = frozenset(
+    {
+        "authorization",
+        "proxy-authorization",
+        "x-api-key",
+        "api-key",
+        "x-goog-api-key",
+        "cookie",
+    }
+)
+
+
+def redact_headers(headers: Mapping[str, str] | Iterable[tuple[str, str]]) -> CIMultiDictProxy[str]:
+    """A read-only, case-insensitive copy of ``headers`` with secrets replaced.
+
+    ``Authorization`` keeps its scheme (``Bearer ***``).
+
+    Example:
+        >>> dict(redact_headers({"X-Api-Key": "sk-ant-1", "Accept": "*/*"}))
+        {'X-Api-Key': '***', 'Accept': '*/*'}
+    """
+    items = headers.items() if isinstance(headers, Mapping) else headers
+    out: CIMultiDict[str] = CIMultiDict()
+    for name, value in items:
+        lower = name.lower()
+        if lower in SECRET_HEADERS:
+            scheme, sep, _ = value.partition(" ")
+            keep_scheme = sep and lower.endswith("authorization")
+            value = f"{scheme} {REDACTED}" if keep_scheme else REDACTED
+        out.add(name, value)
+    return CIMultiDictProxy(out)
+
+
+def _last_role(wire_format: WireFormat | None, body: Mapping[str, Any]) -> str | None:
+    items = body.get("input") if wire_format == "openai-responses" else body.get("messages")
+    if isinstance(items, str):
+        return "user"
+    if not isinstance(items, list) or not items:
+        return None
+    last = items[-1]
+    if not isinstance(last, Mapping):
+        return None
+    kind = last.get("type")
+    if kind == "function_call_output":
+        return "tool"
+    if kind == "function_call":
+        return "assistant"
+    role = last.get("role")
+    content = last.get("content")
+    if (
+        role == "user"
+        and isinstance(content, list)
+        and content
+        and all(isinstance(b, Mapping) and b.get("type") == "tool_result" for b in content)
+    ):
+        return "tool"
+    return role if isinstance(role, str) else None
+
+
+@final
+@attrs.frozen
+class RecordedRequest:
+    """One request the server received.
+
+    Attributes:
+        path: The URL path (``/v1/messages`` …).
+        headers: The request headers, case-insensitive, with ``Authorization``,
+            ``x-api-key`` and other secrets replaced by ``***``.
+        json: The parsed JSON body (``None`` when it was not JSON).
+        method: The HTTP method.
+    """
+
+    path: str
+    headers: CIMultiDictProxy[str]
+    json: Any
+    method: str = "POST"
+
+    @classmethod
+    def build(
+        cls,
+        path: str,
+        headers: Mapping[str, str] | Iterable[tuple[str, str]],
+        json: Any,
+        method: str = "POST",
+    ) -> RecordedRequest:
+        """Record a request, redacting its secret headers."""
+        return cls(path, redact_headers(headers), json, method)
+
+    @property
+    def wire_format(self) -> WireFormat | None:
+        """``"openai-chat"``, ``"anthropic"`` or ``"openai-responses"``, by path."""
+        return WIRE_FORMATS.get(self.path)
+
+    @property
+    def body(self) -> Mapping[str, Any]:
+        """The JSON body when it is an object, else an empty mapping."""
+        return self.json if isinstance(self.json, Mapping) else {}
+
+    @property
+    def messages(self) -> list[Any]:
+        """The conversation as sent: ``messages``, or the Responses ``input`` items."""
+        key = "input" if self.wire_format == "openai-responses" else "messages"
+        items = self.body.get(key)
+        if isinstance(items, str):
+            return [{"role": "user", "content": items}]
+        return list(items) if isinstance(items, list) else []
+
+    @property
+    def tool_names(self) -> tuple[str, ...]:
+        """The names of the tools offered, in every provider's shape."""
+        names: list[str] = []
+        for tool in self.body.get("tools") or ():
+            if not isinstance(tool, Mapping):
+                continue
+            function = tool.get("function")
+            name = function.get("name") if isinstance(function, Mapping) else tool.get("name")
+            if isinstance(name, str):
+                names.append(name)
+        return tuple(names)
+
+    @property
+    def last_role(self) -> str | None:
+        """Who spoke last, the same across formats: ``"user"``, ``"assistant"``,
+        ``"tool"`` (a tool result: OpenAI ``tool`` message, Anthropic
+        ``tool_result`` blocks, Responses ``function_call_output``) or ``"system"``."""
+        return _last_role(self.wire_format, self.body)
+
+    @property
+    def model(self) -> str | None:
+        """The requested model."""
+        model = self.body.get("model")
+        return model if isinstance(model, str) else None

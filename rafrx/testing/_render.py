@@ -1,0 +1,451 @@
+"""Render a :class:`~rafrx.testing.Reply` as the SSE body a real provider would send.
+
+Example:
+    >>> import json
+    >>> from rafrx.testing import Reply
+    >>> body = render(Reply(text="Hi!", chunk_size=2), "openai-chat")
+    >>> chunks = [json.loads(e[6:]) for e in body.split(b"\\n\\n") if e.startswith(b"data: {")]
+    >>> [c["choices"][0]["delta"].get("content") for c in chunks]
+    ['', 'Hi', '!', None]
+    >>> body.endswith(b"data: [DONE]\\n\\n")
+    True
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+import uuid
+from collections.abc import Iterator, Mapping
+from typing import Any, Literal, TypeAlias
+
+from rafrx.response import FinishReason, Usage
+from rafrx.testing._responses import Reply, ToolCallSpec
+
+__all__ = [
+    "WIRE_FORMATS",
+    "WireFormat",
+    "error_body",
+    "estimate_usage",
+    "render",
+    "render_events",
+]
+
+WireFormat: TypeAlias = Literal["openai-chat", "anthropic", "openai-responses"]
+
+#: The wire formats, by the endpoint path that speaks them.
+WIRE_FORMATS: Mapping[str, WireFormat] = {
+    "/v1/chat/completions": "openai-chat",
+    "/v1/messages": "anthropic",
+    "/v1/responses": "openai-responses",
+}
+
+_OPENAI_FINISH = {
+    FinishReason.STOP: "stop",
+    FinishReason.LENGTH: "length",
+    FinishReason.TOOL_CALLS: "tool_calls",
+    FinishReason.CONTENT_FILTER: "content_filter",
+    FinishReason.ERROR: "error",
+    FinishReason.OTHER: "other",
+}
+_ANTHROPIC_STOP = {
+    FinishReason.STOP: "end_turn",
+    FinishReason.LENGTH: "max_tokens",
+    FinishReason.TOOL_CALLS: "tool_use",
+    FinishReason.CONTENT_FILTER: "refusal",
+    FinishReason.ERROR: "error",
+    FinishReason.OTHER: "other",
+}
+_RESPONSES_INCOMPLETE = {
+    FinishReason.LENGTH: "max_output_tokens",
+    FinishReason.CONTENT_FILTER: "content_filter",
+}
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def _data(payload: Any) -> bytes:
+    return f"data: {_dumps(payload)}\n\n".encode()
+
+
+def _event(name: str, payload: Any) -> bytes:
+    return f"event: {name}\ndata: {_dumps(payload)}\n\n".encode()
+
+
+def _pieces(text: str, size: int) -> Iterator[str]:
+    for start in range(0, len(text), size):
+        yield text[start : start + size]
+
+
+def _tokens(text: str) -> int:
+    return math.ceil(len(text) / 4)
+
+
+def _hex(n: int = 24) -> str:
+    return uuid.uuid4().hex[:n]
+
+
+def estimate_usage(reply: Reply, request: Mapping[str, Any] | None = None) -> Usage:
+    """The usage a reply reports: its own ``usage``, else an estimate.
+
+    The estimate counts about four characters a token: the request's
+    messages, system prompt, input and tools for the prompt; text, arguments
+    and reasoning for the completion (reasoning also as ``reasoning_tokens``).
+
+    Example:
+        >>> estimate_usage(Reply(text="12345678"), {"messages": []}).completion_tokens
+        2
+    """
+    if reply.usage is not None:
+        return reply.usage
+    request = request or {}
+    prompt_parts = [request.get(key) for key in ("system", "messages", "input", "tools")]
+    prompt = max(1, _tokens(_dumps([p for p in prompt_parts if p is not None])))
+    reasoning = _tokens(reply.reasoning)
+    completion = (
+        _tokens(reply.text)
+        + sum(_tokens(call.name + call.arguments_json()) for call in reply.tool_calls)
+        + reasoning
+    )
+    completion = max(1, completion)
+    return Usage(
+        prompt_tokens=prompt,
+        completion_tokens=completion,
+        total_tokens=prompt + completion,
+        reasoning_tokens=reasoning if reply.reasoning else None,
+    )
+
+
+def render(
+    reply: Reply, wire_format: WireFormat, request: Mapping[str, Any] | None = None
+) -> bytes:
+    """The whole SSE body of ``reply`` in ``wire_format``.
+
+    Args:
+        reply: What to say.
+        wire_format: ``"openai-chat"``, ``"anthropic"`` or ``"openai-responses"``.
+        request: The request's JSON, for the model name, the prompt-token
+            estimate and OpenAI's ``stream_options.include_usage``.
+    """
+    return b"".join(render_events(reply, wire_format, request))
+
+
+def render_events(
+    reply: Reply, wire_format: WireFormat, request: Mapping[str, Any] | None = None
+) -> list[bytes]:
+    """The SSE body of ``reply`` as a list of events, each ending in a blank line."""
+    request = request or {}
+    model = reply.model or str(request.get("model") or "rafrx-test-model")
+    usage = estimate_usage(reply, request)
+    if wire_format == "openai-chat":
+        options = request.get("stream_options")
+        include_usage = isinstance(options, Mapping) and bool(options.get("include_usage"))
+        return list(_openai_chat(reply, model, usage, include_usage))
+    if wire_format == "anthropic":
+        return list(_anthropic(reply, model, usage))
+    if wire_format == "openai-responses":
+        return list(_responses(reply, model, usage))
+    raise ValueError(f"unknown wire format {wire_format!r}")
+
+
+def _call_id(call: ToolCallSpec, prefix: str) -> str:
+    return call.id if call.id is not None else f"{prefix}{_hex()}"
+
+
+# ------------------------------------------------------------------ OpenAI chat
+
+
+def _openai_usage(usage: Usage) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "prompt_tokens": usage.prompt_tokens,
+        "completion_tokens": usage.completion_tokens,
+        "total_tokens": usage.total_tokens,
+    }
+    if usage.cached_tokens is not None:
+        out["prompt_tokens_details"] = {"cached_tokens": usage.cached_tokens}
+    if usage.reasoning_tokens is not None:
+        out["completion_tokens_details"] = {"reasoning_tokens": usage.reasoning_tokens}
+    return out
+
+
+def _openai_chat(reply: Reply, model: str, usage: Usage, include_usage: bool) -> Iterator[bytes]:
+    base: dict[str, Any] = {
+        "id": f"chatcmpl-{_hex()}",
+        "object": "chat.completion.chunk",
+        "created": int(time.time()),
+        "model": model,
+        "system_fingerprint": "fp_rafrx",
+    }
+    if include_usage:
+        base["usage"] = None
+
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
+        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+        return _data({**base, "choices": [choice]})
+
+    size = reply.chunk_size
+    yield chunk({"role": "assistant", "content": "", "refusal": None})
+    for piece in _pieces(reply.reasoning, size):
+        yield chunk({"reasoning_content": piece})
+    for piece in _pieces(reply.text, size):
+        yield chunk({"content": piece})
+    for index, call in enumerate(reply.tool_calls):
+        head = {
+            "index": index,
+            "id": _call_id(call, "call_"),
+            "type": "function",
+            "function": {"name": call.name, "arguments": ""},
+        }
+        yield chunk({"tool_calls": [head]})
+        for piece in _pieces(call.arguments_json(), size):
+            yield chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]})
+    yield chunk({}, _OPENAI_FINISH[reply.finish_reason])
+    if include_usage:
+        yield _data({**base, "choices": [], "usage": _openai_usage(usage)})
+    yield b"data: [DONE]\n\n"
+
+
+# ------------------------------------------------------------------ Anthropic
+
+
+def _anthropic(reply: Reply, model: str, usage: Usage) -> Iterator[bytes]:
+    start_usage: dict[str, Any] = {"input_tokens": usage.prompt_tokens, "output_tokens": 1}
+    if usage.cached_tokens is not None:
+        start_usage["cache_read_input_tokens"] = usage.cached_tokens
+    message: dict[str, Any] = {
+        "id": f"msg_{_hex()}",
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": [],
+        "stop_reason": None,
+        "stop_sequence": None,
+        "usage": start_usage,
+    }
+    yield _event("message_start", {"type": "message_start", "message": message})
+    yield _event("ping", {"type": "ping"})
+    size = reply.chunk_size
+    index = 0
+
+    def block(start: dict[str, Any], deltas: list[dict[str, Any]]) -> Iterator[bytes]:
+        yield _event(
+            "content_block_start",
+            {"type": "content_block_start", "index": index, "content_block": start},
+        )
+        for delta in deltas:
+            yield _event(
+                "content_block_delta",
+                {"type": "content_block_delta", "index": index, "delta": delta},
+            )
+        yield _event("content_block_stop", {"type": "content_block_stop", "index": index})
+
+    if reply.reasoning:
+        deltas = [{"type": "thinking_delta", "thinking": p} for p in _pieces(reply.reasoning, size)]
+        deltas.append({"type": "signature_delta", "signature": f"sig_{_hex(32)}"})
+        yield from block({"type": "thinking", "thinking": "", "signature": ""}, deltas)
+        index += 1
+    if reply.text:
+        deltas = [{"type": "text_delta", "text": p} for p in _pieces(reply.text, size)]
+        yield from block({"type": "text", "text": ""}, deltas)
+        index += 1
+    for call in reply.tool_calls:
+        start = {"type": "tool_use", "id": _call_id(call, "toolu_"), "name": call.name, "input": {}}
+        deltas = [
+            {"type": "input_json_delta", "partial_json": p}
+            for p in _pieces(call.arguments_json(), size)
+        ]
+        yield from block(start, deltas)
+        index += 1
+    yield _event(
+        "message_delta",
+        {
+            "type": "message_delta",
+            "delta": {"stop_reason": _ANTHROPIC_STOP[reply.finish_reason], "stop_sequence": None},
+            "usage": {"output_tokens": usage.completion_tokens},
+        },
+    )
+    yield _event("message_stop", {"type": "message_stop"})
+
+
+# ------------------------------------------------------------------ Responses
+
+
+def _responses_usage(usage: Usage) -> dict[str, Any]:
+    out: dict[str, Any] = {"input_tokens": usage.prompt_tokens}
+    if usage.cached_tokens is not None:
+        out["input_tokens_details"] = {"cached_tokens": usage.cached_tokens}
+    out["output_tokens"] = usage.completion_tokens
+    if usage.reasoning_tokens is not None:
+        out["output_tokens_details"] = {"reasoning_tokens": usage.reasoning_tokens}
+    out["total_tokens"] = usage.total_tokens
+    return out
+
+
+class _ResponsesWriter:
+    """Numbers the events (``sequence_number``) and keeps the finished items."""
+
+    def __init__(self) -> None:
+        self.sequence = 0
+        self.output: list[dict[str, Any]] = []
+
+    def event(self, name: str, **fields: Any) -> bytes:
+        payload = {"type": name, **fields, "sequence_number": self.sequence}
+        self.sequence += 1
+        return _event(name, payload)
+
+
+def _responses(reply: Reply, model: str, usage: Usage) -> Iterator[bytes]:
+    out = _ResponsesWriter()
+    response: dict[str, Any] = {
+        "id": f"resp_{_hex(32)}",
+        "object": "response",
+        "created_at": int(time.time()),
+        "status": "in_progress",
+        "error": None,
+        "incomplete_details": None,
+        "model": model,
+        "output": [],
+        "parallel_tool_calls": True,
+        "usage": None,
+    }
+    yield out.event("response.created", response=response)
+    yield out.event("response.in_progress", response=response)
+    size = reply.chunk_size
+    if reply.reasoning:
+        yield from _responses_reasoning(out, reply.reasoning, size)
+    if reply.text:
+        yield from _responses_message(out, reply.text, size)
+    for call in reply.tool_calls:
+        yield from _responses_call(out, call, size)
+    final = {**response, "output": out.output, "usage": _responses_usage(usage)}
+    finish = reply.finish_reason
+    if finish is FinishReason.ERROR:
+        error = {"code": "server_error", "message": "The model failed to finish."}
+        yield out.event("response.failed", response={**final, "status": "failed", "error": error})
+    elif finish in _RESPONSES_INCOMPLETE:
+        details = {"reason": _RESPONSES_INCOMPLETE[finish]}
+        yield out.event(
+            "response.incomplete",
+            response={**final, "status": "incomplete", "incomplete_details": details},
+        )
+    else:
+        yield out.event("response.completed", response={**final, "status": "completed"})
+
+
+def _responses_reasoning(out: _ResponsesWriter, text: str, size: int) -> Iterator[bytes]:
+    index = len(out.output)
+    item_id = f"rs_{_hex(32)}"
+    yield out.event(
+        "response.output_item.added",
+        output_index=index,
+        item={"id": item_id, "type": "reasoning", "summary": []},
+    )
+    part = {"type": "summary_text", "text": ""}
+    where = {"item_id": item_id, "output_index": index, "summary_index": 0}
+    yield out.event("response.reasoning_summary_part.added", **where, part=part)
+    for piece in _pieces(text, size):
+        yield out.event("response.reasoning_summary_text.delta", **where, delta=piece)
+    yield out.event("response.reasoning_summary_text.done", **where, text=text)
+    done_part = {"type": "summary_text", "text": text}
+    yield out.event("response.reasoning_summary_part.done", **where, part=done_part)
+    item = {"id": item_id, "type": "reasoning", "summary": [done_part]}
+    out.output.append(item)
+    yield out.event("response.output_item.done", output_index=index, item=item)
+
+
+def _responses_message(out: _ResponsesWriter, text: str, size: int) -> Iterator[bytes]:
+    index = len(out.output)
+    item_id = f"msg_{_hex(32)}"
+    item: dict[str, Any] = {
+        "id": item_id,
+        "type": "message",
+        "status": "in_progress",
+        "role": "assistant",
+        "content": [],
+    }
+    yield out.event("response.output_item.added", output_index=index, item=item)
+    where = {"item_id": item_id, "output_index": index, "content_index": 0}
+    part = {"type": "output_text", "annotations": [], "text": ""}
+    yield out.event("response.content_part.added", **where, part=part)
+    for piece in _pieces(text, size):
+        yield out.event("response.output_text.delta", **where, delta=piece, logprobs=[])
+    yield out.event("response.output_text.done", **where, text=text, logprobs=[])
+    done_part = {**part, "text": text}
+    yield out.event("response.content_part.done", **where, part=done_part)
+    done = {**item, "status": "completed", "content": [done_part]}
+    out.output.append(done)
+    yield out.event("response.output_item.done", output_index=index, item=done)
+
+
+def _responses_call(out: _ResponsesWriter, call: ToolCallSpec, size: int) -> Iterator[bytes]:
+    index = len(out.output)
+    item_id = f"fc_{_hex(32)}"
+    arguments = call.arguments_json()
+    item = {
+        "id": item_id,
+        "type": "function_call",
+        "status": "in_progress",
+        "arguments": "",
+        "call_id": _call_id(call, "call_"),
+        "name": call.name,
+    }
+    yield out.event("response.output_item.added", output_index=index, item=item)
+    for piece in _pieces(arguments, size):
+        yield out.event(
+            "response.function_call_arguments.delta",
+            item_id=item_id,
+            output_index=index,
+            delta=piece,
+        )
+    yield out.event(
+        "response.function_call_arguments.done",
+        item_id=item_id,
+        output_index=index,
+        arguments=arguments,
+    )
+    done = {**item, "status": "completed", "arguments": arguments}
+    out.output.append(done)
+    yield out.event("response.output_item.done", output_index=index, item=done)
+
+
+# ------------------------------------------------------------------ errors
+
+
+def error_body(
+    wire_format: WireFormat, status: int, message: str, error_type: str | None = None
+) -> dict[str, Any]:
+    """The JSON error body a provider sends with an HTTP error status.
+
+    Example:
+        >>> error_body("anthropic", 529, "Overloaded")["error"]
+        {'type': 'overloaded_error', 'message': 'Overloaded'}
+    """
+    if wire_format == "anthropic":
+        kind = error_type or _ANTHROPIC_ERROR_TYPES.get(status, "api_error")
+        return {"type": "error", "error": {"type": kind, "message": message}}
+    kind = error_type or _OPENAI_ERROR_TYPES.get(status, "server_error")
+    return {"error": {"message": message, "type": kind, "param": None, "code": None}}
+
+
+_ANTHROPIC_ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    500: "api_error",
+    529: "overloaded_error",
+}
+_OPENAI_ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "invalid_request_error",
+    403: "permission_error",
+    404: "invalid_request_error",
+    429: "rate_limit_exceeded",
+    500: "server_error",
+    503: "server_error",
+}

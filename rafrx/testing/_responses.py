@@ -1,0 +1,308 @@
+"""What :class:`~rafrx.testing.LLMServer` answers: replays, scripted replies and faults.
+
+Each value describes one HTTP response. The server takes them from its queue
+(one per request), from its script, or uses its default.
+
+Example:
+    >>> reply = Reply(text="Paris.", tool_calls=[ToolCallSpec("weather", {"city": "Paris"})])
+    >>> reply.tool_calls[0].arguments_json()
+    '{"city":"Paris"}'
+    >>> Fault.status(429, retry_after=2).kind
+    'status'
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Mapping
+from typing import Any, Literal, TypeAlias, final
+
+import attrs
+
+from rafrx.response import FinishReason, Usage
+
+__all__ = [
+    "DEFAULT_REPLY",
+    "Body",
+    "Fault",
+    "FaultKind",
+    "Replay",
+    "Reply",
+    "ServerResponse",
+    "ToolCallSpec",
+]
+
+FaultKind: TypeAlias = Literal[
+    "status", "drop_after", "stall", "garbage", "huge_line", "wrong_content_type"
+]
+
+
+@final
+@attrs.frozen
+class ToolCallSpec:
+    """A tool call a :class:`Reply` makes.
+
+    Args:
+        name: The tool's name.
+        arguments: A JSON-ready dict (serialised compactly on the wire) or the
+            exact argument string to send (which may be invalid JSON).
+        id: The call id; generated (``call_…`` / ``toolu_…``) when ``None``.
+    """
+
+    name: str
+    arguments: Mapping[str, Any] | str = attrs.field(factory=dict)
+    id: str | None = None
+
+    def arguments_json(self) -> str:
+        """The argument string as it goes on the wire."""
+        if isinstance(self.arguments, str):
+            return self.arguments
+        return json.dumps(self.arguments, ensure_ascii=False, separators=(",", ":"))
+
+
+def _tool_calls(value: Iterable[ToolCallSpec]) -> tuple[ToolCallSpec, ...]:
+    return tuple(value)
+
+
+def _finish(value: FinishReason | str | None) -> FinishReason | None:
+    if value is None or isinstance(value, FinishReason):
+        return value
+    try:
+        return FinishReason(value)
+    except ValueError:
+        return FinishReason.from_provider(value)
+
+
+def _positive(instance: Any, attribute: Any, value: int) -> None:
+    if value < 1:
+        raise ValueError(f"{attribute.name} must be >= 1, got {value}")
+
+
+@final
+@attrs.frozen
+class Reply:
+    """A scripted answer, rendered in the wire format of the endpoint that was hit.
+
+    OpenAI chat gets ``chat.completion.chunk`` deltas (reasoning as DeepSeek's
+    ``reasoning_content``, tool calls as ``tool_calls`` deltas whose arguments
+    are split into ``chunk_size`` pieces) and ``data: [DONE]``; Anthropic gets
+    ``message_start`` … ``message_stop`` with thinking, text and ``tool_use``
+    blocks; Responses gets ``response.created`` … ``response.completed``.
+
+    Args:
+        text: The assistant text.
+        reasoning: Reasoning text, streamed before the text.
+        tool_calls: Calls streamed after the text, one after the other.
+        finish: The finish reason; by default ``TOOL_CALLS`` when there are
+            calls, else ``STOP``. Provider spellings (``"end_turn"``) work too.
+        usage: The usage to report; by default estimated from the request and
+            the reply (about four characters a token), as real servers count.
+        chunk_size: Characters per text, reasoning or argument delta.
+        delay: Seconds to wait between events.
+        model: The model name reported; by default the request's ``model``.
+    """
+
+    text: str = ""
+    reasoning: str = ""
+    tool_calls: tuple[ToolCallSpec, ...] = attrs.field(default=(), converter=_tool_calls)
+    finish: FinishReason | None = attrs.field(default=None, converter=_finish)
+    usage: Usage | None = None
+    chunk_size: int = attrs.field(default=8, validator=_positive)
+    delay: float = 0.0
+    model: str | None = None
+
+    @property
+    def finish_reason(self) -> FinishReason:
+        """The finish reason this reply reports."""
+        if self.finish is not None:
+            return self.finish
+        return FinishReason.TOOL_CALLS if self.tool_calls else FinishReason.STOP
+
+
+#: What the server answers when its queue is empty and no script is set.
+DEFAULT_REPLY = Reply(text="Hello from the rafrx test server!")
+
+
+@final
+@attrs.frozen
+class Replay:
+    """Raw bytes (e.g. a recorded ``.sse`` file) served as ``text/event-stream``.
+
+    Args:
+        body: The bytes, or the path of a file holding them (read when served).
+        chunk_size: Bytes per write; the whole body at once when ``None``.
+        delay: Seconds to wait between writes.
+        pacing: Write event by event (split after each blank line) instead of
+            by ``chunk_size``, waiting ``delay`` between events, as a live
+            provider would.
+    """
+
+    body: bytes | str | os.PathLike[str]
+    chunk_size: int | None = attrs.field(default=None)
+    delay: float = 0.0
+    pacing: bool = False
+
+    @chunk_size.validator
+    def _check_chunk_size(self, attribute: Any, value: int | None) -> None:
+        if value is not None:
+            _positive(self, attribute, value)
+
+    def read(self) -> bytes:
+        """The bytes to serve."""
+        if isinstance(self.body, bytes):
+            return self.body
+        with open(self.body, "rb") as file:
+            return file.read()
+
+
+Body: TypeAlias = bytes | Reply | Replay
+"""A faulty response's underlying body: raw bytes, a reply rendered for the
+endpoint, or a replay."""
+
+
+@final
+@attrs.frozen
+class Fault:
+    """A misbehaving response; build one with the class methods.
+
+    ``body`` is what the server streams around the fault (a :class:`Reply`
+    rendered for the endpoint by default), ``at`` the byte offset into that
+    body where the fault strikes.
+    """
+
+    kind: FaultKind
+    status_code: int = 200
+    body: bytes | Reply | Replay | None = None
+    at: int | None = None
+    seconds: float = 0.0
+    size: int = 0
+    data: bytes | None = None
+    framed: bool = True
+    reset: bool = False
+    seed: int = 0
+    content_type: str | None = None
+    message: str | None = None
+    error_type: str | None = None
+    error_body: bytes | str | Mapping[str, Any] | None = None
+    retry_after: str | None = None
+    headers: Mapping[str, str] = attrs.field(factory=dict)
+
+    @classmethod
+    def status(
+        cls,
+        status: int,
+        *,
+        message: str | None = None,
+        error_type: str | None = None,
+        body: bytes | str | Mapping[str, Any] | None = None,
+        retry_after: float | str | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> Fault:
+        """An HTTP error status before any body.
+
+        Args:
+            status: The HTTP status code.
+            message: The error message; by default the reason phrase.
+            error_type: The provider error type (``rate_limit_error`` …).
+            body: The exact body instead of the provider's JSON error shape:
+                a mapping (sent as JSON), ``str`` (``text/plain``; ``""`` for
+                an empty body) or ``bytes`` (``application/json``).
+            retry_after: The ``Retry-After`` header (seconds or an HTTP date).
+            headers: More response headers (e.g. ``retry-after-ms``).
+        """
+        return cls(
+            "status",
+            status_code=status,
+            message=message,
+            error_type=error_type,
+            error_body=body,
+            retry_after=None if retry_after is None else _header_value(retry_after),
+            headers=dict(headers or {}),
+        )
+
+    @classmethod
+    def drop_after(cls, n_bytes: int, *, body: Body | None = None, reset: bool = False) -> Fault:
+        """Send the first ``n_bytes`` of the body, then drop the connection.
+
+        Args:
+            n_bytes: Body bytes sent before the drop.
+            body: The body; a default :class:`Reply` rendered for the endpoint.
+            reset: Abort with a TCP reset (RST, unsent data discarded) instead
+                of closing after the bytes are flushed.
+        """
+        return cls("drop_after", body=body, at=n_bytes, reset=reset)
+
+    @classmethod
+    def stall(
+        cls, seconds: float, *, after_bytes: int | None = None, body: Body | None = None
+    ) -> Fault:
+        """Go silent for ``seconds``, then send the rest.
+
+        Args:
+            seconds: How long to stall.
+            after_bytes: ``None`` stalls before the response headers (the
+                client's first-byte timeout); a number stalls after that many
+                body bytes (its idle timeout).
+            body: The body; a default :class:`Reply` rendered for the endpoint.
+        """
+        return cls("stall", body=body, at=after_bytes, seconds=seconds)
+
+    @classmethod
+    def garbage(
+        cls,
+        data: bytes | None = None,
+        *,
+        size: int = 32,
+        at: int | None = None,
+        framed: bool = True,
+        seed: int = 0,
+        body: Body | None = None,
+    ) -> Fault:
+        """Insert bytes that are not what the format promises.
+
+        Args:
+            data: The bytes to insert; by default ``size`` random bytes
+                (seeded by ``seed``, never CR or LF, often invalid UTF-8).
+            size: How many random bytes.
+            at: The body offset to insert at; by default right after the
+                first event.
+            framed: Wrap the bytes as an event of their own
+                (``data: …\\n\\n``); ``False`` inserts them raw, e.g. inside
+                a JSON string to test invalid UTF-8.
+            seed: The random seed.
+            body: The body; a default :class:`Reply` rendered for the endpoint.
+        """
+        return cls("garbage", body=body, at=at, size=size, data=data, framed=framed, seed=seed)
+
+    @classmethod
+    def huge_line(cls, size: int = 17 * 1024 * 1024, *, body: Body | None = None) -> Fault:
+        """Stream a ``data:`` line of ``size`` bytes that never ends, then EOF.
+
+        Args:
+            size: Bytes in the line (streamed in 64 KiB writes).
+            body: Events sent first: the body up to its first event boundary.
+        """
+        return cls("huge_line", body=body, size=size)
+
+    @classmethod
+    def wrong_content_type(
+        cls,
+        content_type: str = "text/html; charset=utf-8",
+        *,
+        body: bytes | str = b"<html><body><h1>502 Bad Gateway</h1></body></html>",
+        status: int = 200,
+    ) -> Fault:
+        """A response that is not an event stream (a proxy's HTML page, JSON …)."""
+        data = body.encode() if isinstance(body, str) else body
+        return cls("wrong_content_type", status_code=status, content_type=content_type, data=data)
+
+
+def _header_value(value: float | str) -> str:
+    if isinstance(value, str):
+        return value
+    return str(int(value)) if float(value).is_integer() else str(value)
+
+
+ServerResponse: TypeAlias = Reply | Replay | Fault
+"""Anything :class:`~rafrx.testing.LLMServer` can answer with."""

@@ -1,0 +1,310 @@
+""":class:`LLMServer`: a real aiohttp server on 127.0.0.1 that speaks three LLM APIs."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import logging
+import threading
+from collections import deque
+from collections.abc import Awaitable, Callable
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, TypeAlias
+
+from aiohttp import web
+from aiohttp.web_protocol import RequestHandler
+
+from rafrx.testing._recorded import RecordedRequest
+from rafrx.testing._render import WIRE_FORMATS
+from rafrx.testing._responses import DEFAULT_REPLY, Fault, ServerResponse
+from rafrx.testing._serve import serve
+
+if TYPE_CHECKING:
+    from rafrx.testing._thread import ServerThread
+
+__all__ = ["LLMServer", "Script"]
+
+_log = logging.getLogger("rafrx.testing")
+
+Script: TypeAlias = Callable[[RecordedRequest], "ServerResponse | Awaitable[ServerResponse]"]
+"""A function choosing the answer to a request (sync or async)."""
+
+#: Seconds :meth:`LLMServer.close` gives running handlers before cancelling them.
+_SHUTDOWN_TIMEOUT = 0.5
+
+
+class _CountingServer(web.Server):
+    """An aiohttp low-level server that reports connections opening and closing."""
+
+    def __init__(self, owner: LLMServer, **kwargs: Any) -> None:
+        super().__init__(owner._handle, **kwargs)
+        self._owner = owner
+
+    def connection_made(self, handler: RequestHandler, transport: asyncio.Transport) -> None:
+        super().connection_made(handler, transport)
+        self._owner._connection_opened()
+
+    def connection_lost(self, handler: RequestHandler, exc: BaseException | None = None) -> None:
+        super().connection_lost(handler, exc)
+        self._owner._connection_closed()
+
+
+class LLMServer:
+    """A local LLM server: OpenAI chat, Anthropic Messages and OpenAI Responses.
+
+    Endpoints: ``POST {url}/v1/chat/completions``, ``POST {url}/v1/messages``
+    and ``POST {url}/v1/responses``. Each request takes the next response
+    from the queue (:meth:`enqueue`), else asks the script (:meth:`script`),
+    else gets :attr:`default`. A :class:`~rafrx.testing.Reply` is rendered in
+    the wire format of the endpoint that was hit.
+
+    Args:
+        host: The interface to listen on.
+        port: The port; ``0`` picks a free one.
+        default: The answer when the queue is empty and no script is set.
+
+    Example:
+        >>> import asyncio
+        >>> import aiohttp
+        >>> from rafrx.testing import Reply
+        >>> async def main() -> tuple[int, bool, int]:
+        ...     async with LLMServer() as server, aiohttp.ClientSession() as http:
+        ...         server.enqueue(Reply(text="Hi!"))
+        ...         async with http.post(server.url + "/v1/messages", json={}) as resp:
+        ...             body = await resp.read()
+        ...     return resp.status, b"message_stop" in body, len(server.requests)
+        >>> asyncio.run(main())
+        (200, True, 1)
+    """
+
+    def __init__(
+        self, host: str = "127.0.0.1", port: int = 0, *, default: ServerResponse = DEFAULT_REPLY
+    ) -> None:
+        self.host = host
+        self._port = port
+        self.default: ServerResponse = default
+        self.requests: list[RecordedRequest] = []
+        self.connections_opened = 0
+        self.connections_closed = 0
+        self._queue: deque[ServerResponse] = deque()
+        self._script: Script | None = None
+        self._lock = threading.Lock()
+        self._runner: web.ServerRunner | None = None
+        self._closing: asyncio.Event | None = None
+        self._changed: asyncio.Event | None = None
+
+    def __repr__(self) -> str:
+        where = self.url if self._runner is not None else "not started"
+        return f"LLMServer({where}, requests={len(self.requests)}, queued={len(self._queue)})"
+
+    # ------------------------------------------------------------ lifecycle
+
+    @property
+    def port(self) -> int:
+        """The port listened on (known once started)."""
+        if self._runner is None:
+            raise RuntimeError("the server is not started")
+        return self._port
+
+    @property
+    def url(self) -> str:
+        """The base URL, e.g. ``http://127.0.0.1:54321``."""
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def started(self) -> bool:
+        """Whether the server is listening."""
+        return self._runner is not None
+
+    async def start(self) -> LLMServer:
+        """Start listening on the running loop; returns the server."""
+        if self._runner is not None:
+            raise RuntimeError("the server is already started")
+        self._closing = asyncio.Event()
+        self._changed = asyncio.Event()
+        runner = web.ServerRunner(
+            _CountingServer(self, handler_cancellation=True, access_log=None),
+            shutdown_timeout=_SHUTDOWN_TIMEOUT,
+        )
+        await runner.setup()
+        try:
+            site = web.TCPSite(runner, self.host, self._port)
+            await site.start()
+        except BaseException:
+            await runner.cleanup()
+            raise
+        self._port = int(runner.addresses[0][1])
+        self._runner = runner
+        return self
+
+    async def close(self) -> None:
+        """Stop: end stalls, close every connection, release the port."""
+        runner, self._runner = self._runner, None
+        if runner is None:
+            return
+        assert self._closing is not None
+        self._closing.set()
+        await runner.cleanup()
+
+    async def __aenter__(self) -> LLMServer:
+        return await self.start()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    @classmethod
+    def in_thread(
+        cls, host: str = "127.0.0.1", port: int = 0, *, default: ServerResponse = DEFAULT_REPLY
+    ) -> ServerThread:
+        """Run a server on its own event loop in a daemon thread, for sync code.
+
+        Example:
+            >>> import urllib.request
+            >>> with LLMServer.in_thread() as server:
+            ...     request = urllib.request.Request(
+            ...         server.url + "/v1/chat/completions", data=b"{}", method="POST")
+            ...     with urllib.request.urlopen(request) as response:
+            ...         body = response.read()
+            >>> body.endswith(b"data: [DONE]\\n\\n")
+            True
+        """
+        from rafrx.testing._thread import ServerThread
+
+        return ServerThread(cls(host, port, default=default))
+
+    # ------------------------------------------------------------ behaviour
+
+    def enqueue(self, *responses: ServerResponse) -> None:
+        """Queue answers for the next requests, first in first out (thread-safe)."""
+        with self._lock:
+            self._queue.extend(responses)
+
+    @property
+    def queued(self) -> int:
+        """How many queued answers are still unused."""
+        return len(self._queue)
+
+    def script(self, fn: Script | None) -> Script | None:
+        """Answer requests with ``fn(request)`` when the queue is empty.
+
+        ``fn`` gets the :class:`~rafrx.testing.RecordedRequest` (messages,
+        tools, :attr:`~rafrx.testing.RecordedRequest.last_role`) and returns
+        a response, or an awaitable of one. Usable as a decorator; ``None``
+        removes the script. An exception in ``fn`` becomes an HTTP 500 whose
+        message names it.
+
+        Example:
+            >>> from rafrx.testing import Reply, ToolCallSpec
+            >>> server = LLMServer()
+            >>> @server.script
+            ... def turn(request):
+            ...     if request.last_role == "tool":
+            ...         return Reply(text="Done.")
+            ...     return Reply(tool_calls=[ToolCallSpec("search", {"q": "rx"})])
+        """
+        self._script = fn
+        return fn
+
+    def reset(self) -> None:
+        """Forget queued answers, the script and recorded requests."""
+        with self._lock:
+            self._queue.clear()
+            self._script = None
+            self.requests.clear()
+
+    # ------------------------------------------------------------ connections
+
+    @property
+    def open_connections(self) -> int:
+        """Connections currently open."""
+        return self.connections_opened - self.connections_closed
+
+    def _connection_opened(self) -> None:
+        self.connections_opened += 1
+        self._notify()
+
+    def _connection_closed(self) -> None:
+        self.connections_closed += 1
+        self._notify()
+
+    def _notify(self) -> None:
+        if self._changed is not None:
+            self._changed.set()
+
+    async def wait_until(self, predicate: Callable[[], bool], timeout: float = 5.0) -> None:
+        """Wait until ``predicate()`` holds; checked after every request and
+        connection change.
+
+        Raises:
+            TimeoutError: It did not hold within ``timeout`` seconds.
+        """
+        changed = self._changed
+        if changed is None:
+            raise RuntimeError("the server is not started")
+        async with asyncio.timeout(timeout):
+            while not predicate():
+                changed.clear()
+                await changed.wait()
+
+    async def wait_connections_closed(self, timeout: float = 5.0) -> None:
+        """Wait until every connection made so far is closed.
+
+        Raises:
+            TimeoutError: Some stayed open for ``timeout`` seconds; the
+                message says how many.
+        """
+        try:
+            await self.wait_until(lambda: self.open_connections == 0, timeout)
+        except TimeoutError:
+            raise TimeoutError(
+                f"{self.open_connections} connection(s) still open after {timeout} s"
+            ) from None
+
+    async def wait_requests(self, count: int, timeout: float = 5.0) -> None:
+        """Wait until at least ``count`` requests have arrived."""
+        await self.wait_until(lambda: len(self.requests) >= count, timeout)
+
+    # ------------------------------------------------------------ handling
+
+    async def _next_response(self, request: RecordedRequest) -> ServerResponse:
+        with self._lock:
+            if self._queue:
+                return self._queue.popleft()
+            script = self._script
+        if script is None:
+            return self.default
+        try:
+            answer = script(request)
+            if inspect.isawaitable(answer):
+                answer = await answer
+        except Exception as exc:
+            _log.exception("LLMServer script failed")
+            return Fault.status(500, message=f"script raised {type(exc).__name__}: {exc}")
+        return answer
+
+    async def _handle(self, request: web.BaseRequest) -> web.StreamResponse:
+        raw = await request.read()
+        try:
+            body = json.loads(raw) if raw else None
+        except ValueError:
+            body = None
+        recorded = RecordedRequest.build(
+            request.path, request.headers.items(), body, request.method
+        )
+        self.requests.append(recorded)
+        self._notify()
+        wire_format = WIRE_FORMATS.get(request.path)
+        if wire_format is None or request.method != "POST":
+            message = f"no endpoint {request.method} {request.path}"
+            return web.json_response(
+                {"error": {"message": message, "type": "not_found_error"}}, status=404
+            )
+        response = await self._next_response(recorded)
+        assert self._closing is not None
+        return await serve(request, response, wire_format, body, self._closing)
