@@ -41,7 +41,10 @@ def from_sse(
 
     * ``bytes`` (a whole body) or a sync iterable of byte chunks: the updates
       are emitted synchronously during ``subscribe`` (no event loop needed),
-      and the iterator is closed afterwards.
+      and the iterator is closed afterwards. Reading stops at the terminal
+      marker or an error, not when a downstream operator such as ``take(n)``
+      completes early (the subscription only exists once ``subscribe``
+      returns): do not feed it an endless sync iterator.
     * An async iterable of byte chunks: ``subscribe`` must be called with an
       asyncio loop running; a task on that loop reads the chunks. Disposing
       the subscription cancels the task and closes the async iterator
