@@ -53,6 +53,7 @@ __all__ = [
     "LiveView",
     "Timeline",
     "ToolCard",
+    "as_results",
     "card_html",
     "content_html",
     "live",
@@ -518,8 +519,18 @@ def _default_display() -> Display:
     return display
 
 
-def _as_results(source: Observable[Any]) -> Observable[AgentResponseResult]:
-    """Results pass; a stream of updates goes through ``convert()`` first."""
+def as_results(source: Observable[Any]) -> Observable[AgentResponseResult]:
+    """``source`` as result chunks: results pass, updates go through ``convert()``.
+
+    The first item decides: a stream of :class:`~rafrx.AgentResponseResult`
+    passes unchanged, anything else is converted.
+
+    Example:
+        >>> import reactivex
+        >>> from rafrx import updates as u
+        >>> as_results(reactivex.of(u.TextDelta("Hi"))).run().contents
+        (TextContent(text='Hi'),)
+    """
 
     def subscribe(
         observer: abc.ObserverBase[AgentResponseResult], scheduler: abc.SchedulerBase | None = None
@@ -578,7 +589,7 @@ class LiveView:
         show = display or _default_display()
         self._handle: DisplayHandle = show(self._snapshot(), display_id=True)
         self._subscription: abc.DisposableBase | None = None
-        subscription = _as_results(observable).subscribe(
+        subscription = as_results(observable).subscribe(
             self._on_next, self._on_error, self._on_completed
         )
         if self._done:

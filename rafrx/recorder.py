@@ -58,6 +58,7 @@ __all__ = [
     "SSERecording",
     "decode_item",
     "encode_item",
+    "encode_value",
     "guess_dialect",
     "load",
     "load_sse",
@@ -265,6 +266,18 @@ def _encode_item(item: Any, secrets: tuple[str, ...]) -> tuple[str, dict[str, An
     if item is None or isinstance(item, bool | int | float | str | list | dict):
         return "value", {"value": _encode(item, secrets)}
     return "repr", {"repr": _redact(repr(item), secrets)}
+
+
+def encode_value(value: Any, secrets: Iterable[str] = ()) -> Any:
+    """A rafrx value (content, event, usage …) as JSON-ready data, strings redacted.
+
+    Values of the model are tagged with ``"$type"``; plain JSON passes.
+
+    Example:
+        >>> encode_value(content.TextContent("Hi"))
+        {'$type': 'TextContent', 'text': 'Hi'}
+    """
+    return _encode(value, (*secrets, *_env_secrets()))
 
 
 def decode_item(kind: str, fields: Mapping[str, Any]) -> Any:
