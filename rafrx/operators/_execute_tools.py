@@ -42,6 +42,10 @@ def clip(text: str, limit: int) -> str:
     return f"{text[:limit]}… [truncated: {len(text) - limit} more characters]"
 
 
+#: Running tool calls, so that a call nobody holds a reference to still runs to its end.
+_RUNNING: set[asyncio.Task[None]] = set()
+
+
 class _Runner:
     """The per-subscription state: running tasks, approvals, completion."""
 
@@ -84,7 +88,7 @@ class _Runner:
     def on_error(self, error: Exception) -> None:
         if not self.stopped:
             self.stop()
-            self.observer.on_error(error)
+            self.terminate(self.observer.on_error, error)
 
     def on_completed(self) -> None:
         self.upstream_done = True
@@ -93,7 +97,19 @@ class _Runner:
     def maybe_complete(self) -> None:
         if self.upstream_done and not self.tasks and not self.stopped:
             self.stop()
-            self.observer.on_completed()
+            self.terminate(self.observer.on_completed)
+
+    def terminate(self, call: Callable[..., None], *args: Any) -> None:
+        """Call a terminal method; from a tool's task, what it raises goes to the loop."""
+        if self.loop is None:  # called from upstream: let it propagate as Rx does
+            call(*args)
+            return
+        try:
+            call(*args)
+        except Exception as exc:  # e.g. reactivex's default on_error re-raising
+            self.loop.call_exception_handler(
+                {"message": "rafrx.execute_tools: an observer raised", "exception": exc}
+            )
 
     def on_answer(self, answer: ToolApprovalResponse) -> None:
         future = self.waiting.pop(answer.call_id, None)
@@ -123,6 +139,8 @@ class _Runner:
                 return
         task = self.loop.create_task(self.run(call, result), name=f"rafrx tool {call.name}")
         self.tasks.add(task)
+        _RUNNING.add(task)
+        task.add_done_callback(_RUNNING.discard)
         task.add_done_callback(self.done)
 
     def done(self, task: asyncio.Task[None]) -> None:

@@ -1,0 +1,291 @@
+"""The agent loop: LLM calls and tool runs until the model answers.
+
+An :class:`Agent` pairs a client (anything with ``stream(messages, tools)``
+returning an ``Observable`` of :data:`~rafrx.AgentResponseUpdate`) with
+tools, instructions, history and context. :meth:`Agent.run` returns one cold
+``Observable[AgentResponseResult]`` covering every LLM call of the turn: each
+call is piped through :func:`~rafrx.operators.convert` and
+:func:`~rafrx.operators.execute_tools`, and while the model calls tools their
+results are fed back for another call. ``aggregate()`` of it gives the turn's
+:class:`~rafrx.AgentResponse`.
+
+Example:
+    >>> import asyncio, reactivex
+    >>> from rafrx import updates as u, FinishReason
+    >>> from rafrx.tools import tool
+    >>> @tool
+    ... def add(a: int, b: int) -> int:
+    ...     '''Add two numbers.'''
+    ...     return a + b
+    >>> class Scripted:  # a stand-in for OpenAIChatClient & co.
+    ...     def __init__(self, *turns): self.turns = list(turns)
+    ...     def stream(self, messages, tools=None):
+    ...         return reactivex.from_iterable(self.turns.pop(0))
+    >>> client = Scripted(
+    ...     [u.ToolCallStart("c1", "add"), u.ToolCallArgs("c1", '{"a": 2, "b": 3}'),
+    ...      u.ToolCallEnd("c1"), u.Finish(FinishReason.TOOL_CALLS)],
+    ...     [u.TextDelta("2 + 3 = 5"), u.Finish(FinishReason.STOP)])
+    >>> agent = Agent(client, tools=[add], id="calc")
+    >>> response = asyncio.run(agent.send("What is 2 + 3?"))
+    >>> response.text, response.source_agent_id
+    ('2 + 3 = 5', 'calc')
+    >>> [(m.role.value, m.content) for m in response.turn_transcript]
+    [('assistant', ''), ('tool', '5'), ('assistant', '2 + 3 = 5')]
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Protocol
+
+from reactivex import Observable, abc
+from reactivex.disposable import Disposable
+
+from rafrx.errors import MaxStepsExceeded, RafrxError
+from rafrx.history import ContextProvider, HistoryProvider
+from rafrx.messages import ChatMessage, MessageSource
+from rafrx.operators import convert, execute_tools
+from rafrx.operators._aggregate import ResponseAggregator, collect_agent_response
+from rafrx.operators._execute_tools import Approver
+from rafrx.response import AgentResponse, AgentResponseResult
+from rafrx.tools import Tool, as_tool
+from rafrx.updates import AgentResponseUpdate
+
+__all__ = ["Agent", "ChatClient"]
+
+#: Running turns, so that a turn nobody holds a reference to still runs to its end.
+_RUNNING: set[asyncio.Task[None]] = set()
+
+
+class ChatClient(Protocol):
+    """What an :class:`Agent` needs from a client: one cold stream per LLM call."""
+
+    def stream(
+        self, messages: Sequence[ChatMessage], tools: Sequence[Tool] | None = None
+    ) -> Observable[AgentResponseUpdate]:
+        """The updates of one LLM call over ``messages``, offering ``tools``."""
+        ...
+
+
+def _as_input(value: str | ChatMessage | Sequence[ChatMessage]) -> tuple[ChatMessage, ...]:
+    if isinstance(value, str):
+        return (ChatMessage.user(value, source=MessageSource.EXTERNAL),)
+    messages = (value,) if isinstance(value, ChatMessage) else tuple(value)
+    for message in messages:
+        if not isinstance(message, ChatMessage):
+            raise TypeError(f"an agent's input is a str or ChatMessage, not {message!r}")
+    return tuple(m if m.source else m.with_source(MessageSource.EXTERNAL) for m in messages)
+
+
+class Agent:
+    """Runs turns: LLM calls, tool runs and approvals, history and context.
+
+    Args:
+        client: Has ``stream(messages, tools)`` returning an ``Observable``
+            of updates (``OpenAIChatClient``, ``AnthropicClient``,
+            ``OpenAIResponsesClient``, or your own).
+        tools: :class:`~rafrx.tools.Tool` values, or plain functions (made
+            into tools with ``@tool``).
+        instructions: A system message sent first in every LLM call.
+        history: Loaded before each turn and given the turn's new messages
+            after it succeeds.
+        context_providers: Asked for extra messages at the start of each turn.
+        approver: Answers approval requests of tools that require approval
+            (see :func:`~rafrx.operators.execute_tools`).
+        max_steps: The most LLM calls a turn may make.
+        id: The agent's id (``source_agent_id`` of its responses); generated
+            when not given.
+        concurrency: The most tools running at once.
+        max_result_chars: Longest tool result or error sent back to the model.
+        eager_tools: Start each tool as soon as its arguments are complete,
+            while the model still streams later calls.
+    """
+
+    def __init__(
+        self,
+        client: ChatClient,
+        tools: Iterable[Tool | Callable[..., Any]] = (),
+        instructions: str | None = None,
+        history: HistoryProvider | None = None,
+        context_providers: Iterable[ContextProvider] = (),
+        approver: Approver | None = None,
+        max_steps: int = 10,
+        id: str | None = None,
+        *,
+        concurrency: int = 8,
+        max_result_chars: int = 100_000,
+        eager_tools: bool = False,
+    ) -> None:
+        if max_steps < 1:
+            raise ValueError(f"max_steps must be at least 1, got {max_steps}")
+        self.client = client
+        self.tools: tuple[Tool, ...] = tuple(as_tool(t) for t in tools)
+        self.instructions = instructions
+        self.history = history
+        self.context_providers: tuple[ContextProvider, ...] = tuple(context_providers)
+        self.approver = approver
+        self.max_steps = max_steps
+        self.id = id if id is not None else f"agent-{uuid.uuid4().hex[:12]}"
+        self.eager_tools = eager_tools
+        # validates the tool table (duplicate names, concurrency) up front
+        self._execute = execute_tools(
+            self.tools, approver, concurrency=concurrency, max_result_chars=max_result_chars
+        )
+
+    def __repr__(self) -> str:
+        tools = ", ".join(t.name for t in self.tools)
+        return (
+            f"Agent(id={self.id!r}, client={type(self.client).__name__}, tools=[{tools}], "
+            f"max_steps={self.max_steps})"
+        )
+
+    def run(
+        self, message_or_messages: str | ChatMessage | Sequence[ChatMessage]
+    ) -> Observable[AgentResponseResult]:
+        """One turn, as the results of all its LLM calls and tool runs.
+
+        Cold: each subscription (from code running in an asyncio loop) runs
+        the turn once. The turn loads history, builds the messages
+        (instructions, context, history, then the new input marked
+        ``EXTERNAL``) and calls the model; while it calls tools, their
+        results are sent back in another call. Every result is forwarded as
+        it comes, so each LLM call shows as a ``ResponseStartedEvent`` ...
+        ``FinishEvent``, followed by its tools' results. After the model
+        answers without tool calls, the new input and the turn's transcript
+        are saved to history, then the observable completes. Disposal
+        cancels the running request and tools.
+
+        Errors: the client's errors end the turn (nothing is saved);
+        :class:`~rafrx.errors.MaxStepsExceeded` after ``max_steps`` LLM
+        calls that all called tools. Both carry ``.partial``.
+        """
+        new_input = _as_input(message_or_messages)
+
+        def subscribe(
+            observer: abc.ObserverBase[AgentResponseResult],
+            scheduler: abc.SchedulerBase | None = None,
+        ) -> abc.DisposableBase:
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:
+                observer.on_error(RuntimeError("subscribe to Agent.run() from a running loop"))
+                return Disposable()
+            task = loop.create_task(_Turn(self, new_input, observer).run(), name="rafrx turn")
+            _RUNNING.add(task)
+            task.add_done_callback(_RUNNING.discard)
+            return Disposable(lambda: _cancel(task))
+
+        return Observable(subscribe)
+
+    async def send(
+        self, message_or_messages: str | ChatMessage | Sequence[ChatMessage]
+    ) -> AgentResponse:
+        """Run a turn and await its :class:`~rafrx.AgentResponse`.
+
+        Cancelling the awaiting task cancels the turn.
+        """
+        return await collect_agent_response(self.run(message_or_messages), agent_id=self.id)
+
+
+def _cancel(task: asyncio.Task[None]) -> None:
+    task.cancel()
+
+
+class _Turn:
+    """One subscription of :meth:`Agent.run`."""
+
+    def __init__(
+        self,
+        agent: Agent,
+        new_input: tuple[ChatMessage, ...],
+        observer: abc.ObserverBase[AgentResponseResult],
+    ) -> None:
+        self.agent = agent
+        self.new_input = new_input
+        self.observer = observer
+        self.turn = ResponseAggregator(agent.id)
+
+    async def run(self) -> None:
+        try:
+            await self.loop()
+        except Exception as exc:
+            if isinstance(exc, RafrxError) and exc.partial is None:
+                exc.partial = self.turn.response(interrupted=True)
+            self.terminate(self.observer.on_error, exc)
+        else:
+            self.terminate(self.observer.on_completed)
+
+    @staticmethod
+    def terminate(call: Callable[..., None], *args: Any) -> None:
+        """Call a terminal method; an exception it raises goes to the loop's handler."""
+        try:
+            call(*args)
+        except Exception as exc:  # e.g. reactivex's default on_error re-raising
+            asyncio.get_running_loop().call_exception_handler(
+                {"message": "rafrx.Agent: an observer raised", "exception": exc}
+            )
+
+    async def messages(self) -> list[ChatMessage]:
+        agent = self.agent
+        history: list[ChatMessage] = []
+        if agent.history is not None:
+            loaded = await agent.history.load()
+            history = [m.with_source(MessageSource.CHAT_HISTORY) for m in loaded]
+        context: list[ChatMessage] = []
+        for provider in agent.context_providers:
+            given = await provider.provide((*history, *self.new_input))
+            context.extend(m.with_source(MessageSource.CONTEXT_PROVIDER) for m in given)
+        head = [] if agent.instructions is None else [ChatMessage.system(agent.instructions)]
+        return [*head, *context, *history, *self.new_input]
+
+    async def loop(self) -> None:
+        agent = self.agent
+        conversation = await self.messages()
+        for _ in range(agent.max_steps):
+            step = await self.step(conversation)
+            if not step.tool_calls:
+                break
+            conversation.extend(step.turn_transcript)
+        else:
+            raise MaxStepsExceeded(
+                f"the model was still calling tools after {agent.max_steps} LLM calls "
+                f"(max_steps={agent.max_steps})"
+            )
+        if agent.history is not None:
+            await agent.history.save([*self.new_input, *self.turn.response().turn_transcript])
+
+    async def step(self, messages: Sequence[ChatMessage]) -> AgentResponse:
+        """One LLM call and its tool runs; every result is forwarded downstream."""
+        agent = self.agent
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        step = ResponseAggregator(agent.id)
+
+        def on_next(result: AgentResponseResult) -> None:
+            if done.done():
+                return
+            step.step(result)
+            self.turn.step(result)
+            try:
+                self.observer.on_next(result)
+            except Exception as exc:  # a downstream callback failed: end the turn with it
+                if not done.done():
+                    done.set_exception(exc)
+
+        def on_error(error: Exception) -> None:
+            if not done.done():
+                done.set_exception(error)
+
+        def on_completed() -> None:
+            if not done.done():
+                done.set_result(None)
+
+        source = agent.client.stream(tuple(messages), agent.tools or None)
+        results = source.pipe(convert(eager=agent.eager_tools), agent._execute)
+        subscription = results.subscribe(on_next, on_error, on_completed)
+        try:
+            await done
+        finally:
+            subscription.dispose()
+        return step.response()
