@@ -1,0 +1,554 @@
+"""The aiohttp transport of the clients: one cold observable, one HTTP request.
+
+Subscribing starts a task on the running loop that sends the request, checks
+the status and content type, reads the body with ``iter_any()`` (never
+``readline``), feeds an :class:`~rafrx.sources.UpdateDecoder` and emits each
+update as soon as its chunk is decoded. Disposing cancels the task and
+*closes* the response, so the server sees the connection end at once.
+
+Failures become typed :mod:`rafrx.errors`:
+
+============================================  ==============================
+what happened                                 error
+============================================  ==============================
+status >= 400                                 :class:`~rafrx.errors.HTTPStatusError`
+not ``text/event-stream``                     :class:`~rafrx.errors.ContentTypeError`
+refused, DNS, reset before the response       :class:`~rafrx.errors.TransportError`
+no connection / headers in time               :class:`~rafrx.errors.ConnectTimeout`
+silence between chunks for ``idle`` seconds   :class:`~rafrx.errors.IdleTimeout`
+connection lost mid-body                      :class:`~rafrx.errors.StreamInterrupted`
+EOF without the terminal marker               :class:`~rafrx.errors.IncompleteStream`
+============================================  ==============================
+
+Secrets (API keys) are replaced by ``***`` in every error message and body.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import json
+import random
+import threading
+import time
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
+from typing import Any, Final, final
+
+import aiohttp
+import attrs
+import reactivex
+from multidict import CIMultiDictProxy
+from reactivex import Observable, abc
+from reactivex.disposable import Disposable
+from yarl import URL
+
+from rafrx.errors import (
+    ConnectTimeout,
+    ContentTypeError,
+    HTTPStatusError,
+    IdleTimeout,
+    RafrxError,
+    StreamInterrupted,
+    TransportError,
+)
+from rafrx.sources._decoder import UpdateDecoder
+from rafrx.sse import check_content_type
+from rafrx.updates import AgentResponseUpdate
+
+__all__ = [
+    "HTTPRequest",
+    "RetryPolicy",
+    "SessionPool",
+    "Timeouts",
+    "parse_retry_after",
+    "redact",
+    "stream_updates",
+]
+
+#: Bytes of an error body read for :class:`~rafrx.errors.HTTPStatusError`.
+MAX_ERROR_BODY: Final = 64 * 1024
+#: Bytes of a wrong-content-type body kept as the error's snippet.
+MAX_SNIPPET: Final = 2048
+
+
+def _optional_positive(instance: Any, attribute: Any, value: float | None) -> None:
+    if value is not None and value <= 0:
+        raise ValueError(f"{attribute.name} must be positive or None, got {value}")
+
+
+@final
+@attrs.frozen
+class Timeouts:
+    """How long a request may wait; ``None`` waits forever.
+
+    There is deliberately no total timeout: a long generation is fine as long
+    as bytes keep coming.
+
+    Attributes:
+        connect: Seconds to open the connection (TCP and TLS).
+        first_byte: Seconds from sending the request to the response headers.
+        idle: Seconds without any byte of the body (keep-alive comments count).
+    """
+
+    connect: float | None = attrs.field(default=10.0, validator=_optional_positive)
+    first_byte: float | None = attrs.field(default=60.0, validator=_optional_positive)
+    idle: float | None = attrs.field(default=60.0, validator=_optional_positive)
+
+
+@final
+@attrs.frozen
+class RetryPolicy:
+    """Opt-in retries of failed requests, never of delivered output.
+
+    A request is retried only when its error is retryable (HTTP 408, 409,
+    429, 5xx, a refused connection, a connect timeout, a retryable provider
+    error; an ``x-should-retry`` header overrides) and no update was emitted
+    yet, so nothing is ever duplicated. The wait is the server's
+    ``retry-after-ms`` / ``Retry-After`` (seconds or an HTTP date) when given,
+    else exponential backoff; a server asking for more than
+    ``max_retry_after`` seconds is not retried.
+
+    Example:
+        >>> policy = RetryPolicy(initial_backoff=0.5, jitter=False)
+        >>> [policy.delay(HTTPStatusError(503), attempt) for attempt in (1, 2, 3)]
+        [0.5, 1.0, None]
+        >>> policy.delay(HTTPStatusError(429, retry_after=3.0), 1)
+        3.0
+    """
+
+    max_attempts: int = attrs.field(default=3, validator=attrs.validators.ge(1))
+    initial_backoff: float = 0.5
+    max_backoff: float = 8.0
+    max_retry_after: float = 60.0
+    jitter: bool = True
+
+    def delay(self, error: BaseException, attempt: int) -> float | None:
+        """Seconds to wait before attempt ``attempt + 1``; ``None``: do not retry.
+
+        Args:
+            error: Why attempt ``attempt`` failed.
+            attempt: The number of the failed attempt, from 1.
+        """
+        if attempt >= self.max_attempts:
+            return None
+        if not isinstance(error, RafrxError) or not error.retryable:
+            return None
+        retry_after = getattr(error, "retry_after", None)
+        if isinstance(retry_after, int | float):
+            return None if retry_after > self.max_retry_after else max(0.0, float(retry_after))
+        backoff = min(self.max_backoff, self.initial_backoff * 2.0 ** (attempt - 1))
+        if self.jitter:
+            backoff *= 1.0 - 0.25 * random.random()
+        return backoff
+
+
+def parse_retry_after(headers: Mapping[str, str], now: float | None = None) -> float | None:
+    """Seconds a response asks to wait: ``retry-after-ms``, else ``Retry-After``.
+
+    Example:
+        >>> parse_retry_after({"retry-after-ms": "1500"}), parse_retry_after({"Retry-After": "2"})
+        (1.5, 2.0)
+        >>> parse_retry_after({"Retry-After": "Wed, 21 Oct 2015 07:28:00 GMT"}, now=1445412470.0)
+        10.0
+    """
+    lowered = {k.lower(): v for k, v in headers.items()}
+    millis = lowered.get("retry-after-ms")
+    if millis is not None:
+        try:
+            return max(0.0, float(millis) / 1000.0)
+        except ValueError:
+            pass
+    value = lowered.get("retry-after")
+    if value is None:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    return max(0.0, when.timestamp() - (time.time() if now is None else now))
+
+
+def redact(text: str, secrets: Sequence[str]) -> str:
+    """``text`` with every secret replaced by ``***``.
+
+    Example:
+        >>> redact("bad key sk-123", ["sk-123"])
+        'bad key ***'
+    """
+    for secret in secrets:
+        if secret:
+            text = text.replace(secret, "***")
+    return text
+
+
+@final
+@attrs.frozen
+class HTTPRequest:
+    """One streaming POST: where, what, with which (secret) headers.
+
+    ``headers`` and ``secrets`` stay out of the repr.
+    """
+
+    url: URL
+    payload: Mapping[str, Any]
+    dialect: str
+    headers: Mapping[str, str] = attrs.field(repr=False)
+    secrets: tuple[str, ...] = attrs.field(default=(), repr=False)
+
+    @property
+    def safe_url(self) -> str:
+        """The URL without its query (which may hold a key)."""
+        return str(self.url.with_query(None))
+
+
+# ---------------------------------------------------------------- sessions
+
+
+async def _keep_open(session: aiohttp.ClientSession) -> AsyncGenerator[None, None]:
+    """Closes ``session`` when the loop shuts its async generators down
+    (``asyncio.run`` does), if :meth:`SessionPool.aclose` did not."""
+    try:
+        yield
+    finally:
+        await session.close()
+
+
+class SessionPool:
+    """The ``aiohttp.ClientSession`` a client uses, one per event loop.
+
+    A session given by the user is used as is and never closed. Otherwise one
+    is created lazily on the running loop, with no connection limit (1000
+    concurrent streams need 1000 connections), closed by :meth:`aclose`, or
+    when ``asyncio.run`` ends the loop.
+    """
+
+    def __init__(self, session: aiohttp.ClientSession | None = None) -> None:
+        self._given = session
+        self._owned: dict[asyncio.AbstractEventLoop, tuple[aiohttp.ClientSession, Any]] = {}
+
+    async def get(self) -> aiohttp.ClientSession:
+        """The session for the running loop."""
+        if self._given is not None:
+            return self._given
+        loop = asyncio.get_running_loop()
+        owned = self._owned.get(loop)
+        if owned is not None and not owned[0].closed:
+            return owned[0]
+        for other in [other for other in self._owned if other.is_closed()]:
+            del self._owned[other]
+        session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=0),
+            timeout=aiohttp.ClientTimeout(total=None),
+        )
+        keeper = _keep_open(session)
+        self._owned[loop] = (session, keeper)
+        await keeper.__anext__()  # registers it with the loop's async-generator hooks
+        return session
+
+    async def aclose(self) -> None:
+        """Close the sessions this pool created (on their own loops)."""
+        owned, self._owned = self._owned, {}
+        current = asyncio.get_running_loop()
+        for loop, (_, keeper) in owned.items():
+            if loop is current:
+                await keeper.aclose()
+            elif loop.is_running() and not loop.is_closed():
+                future = asyncio.run_coroutine_threadsafe(keeper.aclose(), loop)
+                await asyncio.wrap_future(future)
+
+
+# ---------------------------------------------------------------- the observable
+
+
+def stream_updates(
+    request: HTTPRequest,
+    session: Callable[[], Awaitable[aiohttp.ClientSession]],
+    timeouts: Timeouts,
+    retry: RetryPolicy | None = None,
+) -> Observable[AgentResponseUpdate]:
+    """A cold observable of the updates of one streamed request.
+
+    Each subscription sends the request once (plus retries, see
+    :class:`RetryPolicy`) on the running event loop; disposing aborts it.
+
+    Args:
+        request: What to send.
+        session: Returns the session to send it with.
+        timeouts: Connect, first-byte and idle timeouts.
+        retry: The retry policy; ``None`` sends once.
+    """
+
+    def subscribe(
+        observer: abc.ObserverBase[AgentResponseUpdate],
+        scheduler: abc.SchedulerBase | None = None,
+    ) -> abc.DisposableBase:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            observer.on_error(
+                RuntimeError("subscribe to a client stream from code running in an event loop")
+            )
+            return Disposable()
+        call = _StreamCall(request, session, timeouts, retry, observer, loop)
+        call.start()
+        return Disposable(call.dispose)
+
+    return reactivex.create(subscribe)
+
+
+class _SubscriberFailed(Exception):
+    """The observer's ``on_next`` raised: report it, never retry."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+class _StreamCall:
+    """The state of one subscription: its task, its response, what it delivered."""
+
+    def __init__(
+        self,
+        request: HTTPRequest,
+        session: Callable[[], Awaitable[aiohttp.ClientSession]],
+        timeouts: Timeouts,
+        retry: RetryPolicy | None,
+        observer: abc.ObserverBase[AgentResponseUpdate],
+        loop: asyncio.AbstractEventLoop,
+    ) -> None:
+        self.request = request
+        self.session = session
+        self.timeouts = timeouts
+        self.retry = retry
+        self.observer = observer
+        self.loop = loop
+        self.thread = threading.get_ident()
+        self.task: asyncio.Task[None] | None = None
+        self.response: aiohttp.ClientResponse | None = None
+        self.delivered = 0
+        self.stopped = False
+
+    # ------------------------------------------------------------ lifecycle
+
+    def start(self) -> None:
+        self.task = self.loop.create_task(self._run())
+
+    def dispose(self) -> None:
+        if threading.get_ident() != self.thread:
+            self.loop.call_soon_threadsafe(self.dispose)
+            return
+        if self.stopped:
+            return
+        self.stopped = True
+        self._close()
+        task = self.task
+        if task is not None and not task.done() and task is not asyncio.current_task():
+            task.cancel()
+
+    def _close(self) -> None:
+        response, self.response = self.response, None
+        if response is not None:
+            response.close()
+
+    def _release(self) -> None:
+        response, self.response = self.response, None
+        if response is not None:
+            response.release()
+
+    # ------------------------------------------------------------ emitting
+
+    def _deliver(self, updates: list[AgentResponseUpdate]) -> None:
+        on_next = self.observer.on_next
+        for update in updates:
+            if self.stopped:
+                return
+            self.delivered += 1
+            try:
+                on_next(update)
+            except Exception as exc:
+                raise _SubscriberFailed(exc) from exc
+
+    def _end(self, error: Exception | None = None) -> None:
+        if self.stopped:
+            return
+        self.stopped = True
+        try:
+            if error is None:
+                self.observer.on_completed()
+            else:
+                self.observer.on_error(error)
+        except Exception as exc:
+            self.loop.call_exception_handler(
+                {"message": "a rafrx stream observer raised", "exception": exc}
+            )
+
+    # ------------------------------------------------------------ the task
+
+    async def _run(self) -> None:
+        attempt = 0
+        try:
+            while not self.stopped:
+                attempt += 1
+                try:
+                    await self._attempt()
+                except _SubscriberFailed as failed:
+                    self._close()
+                    self._end(failed.error)
+                    return
+                except RafrxError as err:
+                    self._close()
+                    delay = None
+                    if self.retry is not None and self.delivered == 0:
+                        delay = self.retry.delay(err, attempt)
+                    if delay is None:
+                        self._end(err)
+                        return
+                    await asyncio.sleep(delay)
+                except Exception as exc:
+                    self._close()
+                    self._end(exc)
+                    return
+                else:
+                    return
+        except asyncio.CancelledError:
+            self._close()
+            raise
+
+    async def _attempt(self) -> None:
+        response = await self._send()
+        self.response = response
+        if response.status >= 400:
+            raise await self._status_error(response)
+        try:
+            check_content_type(response.headers.get("Content-Type"))
+        except ContentTypeError:
+            snippet = await self._read_text(response, MAX_SNIPPET)
+            raise ContentTypeError(
+                "expected Content-Type text/event-stream, got "
+                f"{response.headers.get('Content-Type')!r} from {self.request.safe_url}",
+                status=response.status,
+                body=snippet,
+            ) from None
+        decoder = UpdateDecoder(self.request.dialect)
+        await self._read_body(response, decoder)
+        if self.stopped:
+            return
+        tail = decoder.close()
+        self._release()
+        self._deliver(tail)
+        self._end()
+
+    async def _send(self) -> aiohttp.ClientResponse:
+        request, timeouts = self.request, self.timeouts
+        session = await self.session()
+        try:
+            async with asyncio.timeout(timeouts.first_byte):
+                return await session.post(
+                    request.url,
+                    json=request.payload,
+                    headers=dict(request.headers),
+                    timeout=aiohttp.ClientTimeout(
+                        total=None, connect=None, sock_connect=timeouts.connect, sock_read=None
+                    ),
+                )
+        except aiohttp.ClientConnectorError as exc:
+            message = f"cannot connect to {request.safe_url}: {exc.os_error}"
+            raise TransportError(redact(message, request.secrets)) from None
+        except (TimeoutError, aiohttp.ServerTimeoutError):
+            raise ConnectTimeout(
+                f"no response from {request.safe_url} within {self._describe_connect_timeout()}"
+            ) from None
+        except (aiohttp.ClientConnectionError, OSError) as exc:
+            message = f"connection to {request.safe_url} failed: {type(exc).__name__}: {exc}"
+            raise TransportError(redact(message, request.secrets)) from None
+
+    def _describe_connect_timeout(self) -> str:
+        t = self.timeouts
+        return f"the connect ({t.connect} s) / first byte ({t.first_byte} s) timeout"
+
+    async def _read_body(self, response: aiohttp.ClientResponse, decoder: UpdateDecoder) -> None:
+        idle = self.timeouts.idle
+        loop = self.loop
+        chunks = response.content.iter_any().__aiter__()
+        try:
+            async with asyncio.timeout(None) as deadline:
+                while True:
+                    if idle is not None:
+                        deadline.reschedule(loop.time() + idle)
+                    try:
+                        chunk = await chunks.__anext__()
+                    except StopAsyncIteration:
+                        return
+                    deadline.reschedule(None)
+                    self._deliver(decoder.feed(chunk))
+                    if decoder.done or self.stopped:
+                        return
+        except TimeoutError:
+            raise IdleTimeout(
+                f"no data from {self.request.safe_url} for {idle} s (idle timeout)"
+            ) from None
+        except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError, OSError) as exc:
+            message = (
+                f"the connection to {self.request.safe_url} broke mid-stream "
+                f"after {self.delivered} update(s): {type(exc).__name__}: {exc}"
+            )
+            raise StreamInterrupted(redact(message, self.request.secrets)) from None
+
+    async def _read_text(self, response: aiohttp.ClientResponse, limit: int) -> str:
+        data = bytearray()
+        try:
+            async with asyncio.timeout(self.timeouts.idle):
+                async for chunk in response.content.iter_any():
+                    data += chunk
+                    if len(data) >= limit:
+                        break
+        except (TimeoutError, aiohttp.ClientError, OSError):
+            pass
+        return redact(bytes(data[:limit]).decode("utf-8", "replace"), self.request.secrets)
+
+    async def _status_error(self, response: aiohttp.ClientResponse) -> HTTPStatusError:
+        body = await self._read_text(response, MAX_ERROR_BODY)
+        self._release()
+        message, error_type = _provider_error(body)
+        headers: CIMultiDictProxy[str] = response.headers
+        error = HTTPStatusError(
+            response.status,
+            body=body,
+            provider_message=message,
+            error_type=error_type,
+            retry_after=parse_retry_after(headers),
+        )
+        should_retry = headers.get("x-should-retry", "").lower()
+        if should_retry in ("true", "false"):
+            error.retryable = should_retry == "true"
+        return error
+
+
+def _provider_error(body: str) -> tuple[str | None, str | None]:
+    """The provider's error message and type, from the usual JSON shapes."""
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return None, None
+    if isinstance(data, list) and data and isinstance(data[0], Mapping):
+        data = data[0]  # Gemini wraps its error in a list
+    if not isinstance(data, Mapping):
+        return None, None
+    error = data.get("error")
+    if isinstance(error, Mapping):
+        message, kind = error.get("message"), error.get("type") or error.get("status")
+        if kind is None and isinstance(error.get("code"), str):
+            kind = error["code"]
+    elif isinstance(error, str):
+        message, kind = error, None
+    else:
+        message = data.get("message") or data.get("detail")
+        kind = data.get("type") if data.get("type") != "error" else None
+    return (
+        message if isinstance(message, str) else None,
+        kind if isinstance(kind, str) else None,
+    )

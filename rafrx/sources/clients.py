@@ -1,0 +1,390 @@
+"""aiohttp clients: OpenAI chat completions, Anthropic Messages, OpenAI Responses.
+
+Each client's :meth:`~OpenAIChatClient.stream` returns a *cold*
+``Observable[AgentResponseUpdate]``: every subscription sends one request (on
+the running event loop) and disposing it closes the connection. Errors are
+typed (:mod:`rafrx.errors`, see :mod:`rafrx.sources._http`); the API key never
+appears in a repr, an error or a log.
+
+``base_url`` is the server's root (``https://api.openai.com``, the endpoint's
+``/v1/...`` is added) or an API prefix ending in a path
+(``https://openrouter.ai/api/v1``, ``http://localhost:11434/v1``: only
+``chat/completions`` / ``messages`` / ``responses`` is added).
+
+Example:
+    >>> import asyncio
+    >>> import rafrx
+    >>> from rafrx.testing import LLMServer, Reply, ToolCallSpec
+    >>> async def main() -> rafrx.AgentResponse:
+    ...     async with LLMServer() as server, AnthropicClient(server.url, "sk-ant-x") as client:
+    ...         server.enqueue(Reply(text="Sunny.", tool_calls=[ToolCallSpec("log", {"n": 1})]))
+    ...         updates = client.stream([rafrx.ChatMessage.user("Weather?")])
+    ...         return await rafrx.collect_agent_response(updates.pipe(rafrx.convert()))
+    >>> response = asyncio.run(main())
+    >>> response.text, response.tool_calls[0].name, response.tool_calls[0].arguments
+    ('Sunny.', 'log', {'n': 1})
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+from collections.abc import Iterable, Mapping, Sequence
+from types import TracebackType
+from typing import Any, ClassVar, Protocol, TypeAlias, runtime_checkable
+
+import aiohttp
+from reactivex import Observable
+from yarl import URL
+
+from rafrx.messages import ChatMessage, MessageRole, to_anthropic
+from rafrx.sources._http import (
+    HTTPRequest,
+    RetryPolicy,
+    SessionPool,
+    Timeouts,
+    stream_updates,
+)
+from rafrx.updates import AgentResponseUpdate
+
+__all__ = [
+    "AnthropicClient",
+    "LLMClient",
+    "OpenAIChatClient",
+    "OpenAIResponsesClient",
+    "RetryPolicy",
+    "Timeouts",
+    "ToolDefinition",
+    "ToolLike",
+    "to_responses_input",
+    "tool_schema",
+]
+
+
+@runtime_checkable
+class ToolDefinition(Protocol):
+    """Anything with a ``name``, a ``description`` and JSON-schema ``parameters``."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def description(self) -> str: ...
+
+    @property
+    def parameters(self) -> Mapping[str, Any]: ...
+
+
+ToolLike: TypeAlias = ToolDefinition | Mapping[str, Any]
+"""A tool definition: an object with ``name``/``description``/``parameters``, or a
+mapping with those keys (an OpenAI ``{"type": "function", "function": {...}}``
+or Anthropic ``input_schema`` mapping works too)."""
+
+_EMPTY_SCHEMA: Mapping[str, Any] = {"type": "object", "properties": {}}
+
+
+def tool_schema(tool: ToolLike) -> tuple[str, str, dict[str, Any]]:
+    """A tool's ``(name, description, parameters)``, whatever its shape.
+
+    Example:
+        >>> tool_schema({"type": "function", "function": {"name": "now", "parameters": {}}})
+        ('now', '', {})
+    """
+    if isinstance(tool, Mapping):
+        inner = tool.get("function")
+        spec: Mapping[str, Any] = inner if isinstance(inner, Mapping) else tool
+        params = spec.get("parameters", spec.get("input_schema", _EMPTY_SCHEMA))
+        return str(spec["name"]), str(spec.get("description") or ""), dict(params)
+    return tool.name, tool.description or "", dict(tool.parameters or _EMPTY_SCHEMA)
+
+
+def to_responses_input(messages: Iterable[ChatMessage]) -> list[dict[str, Any]]:
+    """Messages as OpenAI Responses ``input`` items.
+
+    Tool calls become ``function_call`` items, tool results
+    ``function_call_output`` items; the rest are role messages.
+
+    Example:
+        >>> from rafrx.messages import ToolCall
+        >>> to_responses_input([
+        ...     ChatMessage.assistant_with_tools("", [ToolCall("c1", "now", {})]),
+        ...     ChatMessage.tool("12:00", "c1"),
+        ... ])  # doctest: +NORMALIZE_WHITESPACE
+        [{'type': 'function_call', 'call_id': 'c1', 'name': 'now', 'arguments': '{}'},
+         {'type': 'function_call_output', 'call_id': 'c1', 'output': '12:00'}]
+    """
+    items: list[dict[str, Any]] = []
+    for msg in messages:
+        if msg.role is MessageRole.TOOL:
+            items.append(
+                {"type": "function_call_output", "call_id": msg.tool_call_id, "output": msg.content}
+            )
+            continue
+        if msg.content or not msg.tool_calls:
+            items.append({"role": msg.role.value, "content": msg.content})
+        for call in msg.tool_calls or ():
+            items.append(
+                {
+                    "type": "function_call",
+                    "call_id": call.id,
+                    "name": call.name,
+                    "arguments": call.arguments_json(),
+                }
+            )
+    return items
+
+
+def _user_agent() -> str:
+    try:
+        return f"rafrx/{importlib.metadata.version('rafrx')}"
+    except importlib.metadata.PackageNotFoundError:  # pragma: no cover - not installed
+        return "rafrx"
+
+
+class _Secret:
+    """Holds an API key; shows as ``***`` everywhere."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: str) -> None:
+        self.value = value
+
+    def __repr__(self) -> str:
+        return "***"
+
+    def __reduce__(self) -> Any:
+        raise TypeError("an API key is not picklable")
+
+
+class LLMClient:
+    """The shared machinery of the three clients (use one of them).
+
+    Args:
+        base_url: The server root or API prefix (see the module docs).
+        api_key: The API key; ``None`` sends none (local servers).
+        model: The model name.
+        timeouts: Connect, first-byte and idle timeouts.
+        retry: Retry failed requests before any output (off by default).
+        session: An ``aiohttp.ClientSession`` to use (never closed by the
+            client); by default the client makes one per event loop.
+        headers: More request headers.
+        **params: More body fields (``temperature``, ``reasoning_effort`` …).
+    """
+
+    dialect: ClassVar[str]
+    endpoint: ClassVar[str]
+    default_model: ClassVar[str]
+
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str | None = None,
+        model: str | None = None,
+        *,
+        timeouts: Timeouts = Timeouts(),  # noqa: B008 - immutable
+        retry: RetryPolicy | None = None,
+        session: aiohttp.ClientSession | None = None,
+        headers: Mapping[str, str] | None = None,
+        **params: Any,
+    ) -> None:
+        self.base_url = base_url
+        self.model = model or self.default_model
+        self.timeouts = timeouts
+        self.retry = retry
+        self.params = dict(params)
+        self._api_key = None if api_key is None else _Secret(api_key)
+        self._extra_headers = dict(headers or {})
+        self._sessions = SessionPool(session)
+        self.url = _endpoint(base_url, self.endpoint)
+
+    def __repr__(self) -> str:
+        key = "None" if self._api_key is None else "***"
+        return (
+            f"{type(self).__name__}(base_url={self.base_url!r}, model={self.model!r}, "
+            f"api_key={key})"
+        )
+
+    # ------------------------------------------------------------ to override
+
+    def _auth_headers(self, api_key: str) -> dict[str, str]:
+        return {"Authorization": f"Bearer {api_key}"}
+
+    def _protocol_headers(self) -> dict[str, str]:
+        return {}
+
+    def _payload(
+        self, messages: Sequence[ChatMessage], tools: Sequence[ToolLike]
+    ) -> dict[str, Any]:
+        raise NotImplementedError
+
+    # ------------------------------------------------------------ public
+
+    def stream(
+        self,
+        messages: Sequence[ChatMessage],
+        tools: Sequence[ToolLike] | None = None,
+        **params: Any,
+    ) -> Observable[AgentResponseUpdate]:
+        """The updates of one LLM call, as a cold observable.
+
+        Subscribe from code running in an asyncio loop (or a Jupyter cell):
+        each subscription sends the request once; disposing it closes the
+        connection.
+
+        Args:
+            messages: The conversation.
+            tools: The tools offered to the model.
+            **params: Body fields for this call only (override the client's).
+        """
+        payload = self._payload(list(messages), list(tools or ()))
+        payload.update(self.params)
+        payload.update(params)
+        payload["stream"] = True
+        headers = {
+            "Accept": "text/event-stream",
+            "User-Agent": _user_agent(),
+            **self._protocol_headers(),
+            **self._extra_headers,
+        }
+        secrets: tuple[str, ...] = ()
+        if self._api_key is not None:
+            headers.update(self._auth_headers(self._api_key.value))
+            secrets = (self._api_key.value,)
+        request = HTTPRequest(self.url, payload, self.dialect, headers, secrets)
+        return stream_updates(request, self._sessions.get, self.timeouts, self.retry)
+
+    async def aclose(self) -> None:
+        """Close the sessions this client created."""
+        await self._sessions.aclose()
+
+    async def __aenter__(self) -> LLMClient:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+
+def _endpoint(base_url: str, endpoint: str) -> URL:
+    url = URL(base_url)
+    if not url.is_absolute():
+        raise ValueError(f"base_url must be an absolute URL, got {base_url!r}")
+    path = url.path.rstrip("/")
+    prefix = path if path else "/v1"
+    return url.with_path(f"{prefix}/{endpoint}", keep_query=True)
+
+
+class OpenAIChatClient(LLMClient):
+    """OpenAI chat completions and every compatible server (DeepSeek, Groq,
+    OpenRouter, Ollama, vLLM, llama.cpp, Gemini, Mistral, xAI, Azure …).
+
+    Sends ``stream: true`` with ``stream_options.include_usage``; tools as
+    ``{"type": "function", "function": {...}}``. See :class:`LLMClient` for
+    the arguments.
+    """
+
+    dialect = "openai-chat"
+    endpoint = "chat/completions"
+    default_model = "gpt-4o-mini"
+
+    def _payload(
+        self, messages: Sequence[ChatMessage], tools: Sequence[ToolLike]
+    ) -> dict[str, Any]:
+        payload: dict[str, Any] = {
+            "model": self.model,
+            "messages": [m.to_openai() for m in messages],
+            "stream_options": {"include_usage": True},
+        }
+        if tools:
+            payload["tools"] = [
+                {"type": "function", "function": _function(*tool_schema(t))} for t in tools
+            ]
+        return payload
+
+    async def __aenter__(self) -> OpenAIChatClient:
+        return self
+
+
+def _function(name: str, description: str, parameters: dict[str, Any]) -> dict[str, Any]:
+    return {"name": name, "description": description, "parameters": parameters}
+
+
+class AnthropicClient(LLMClient):
+    """Anthropic Messages (``x-api-key`` and ``anthropic-version`` headers).
+
+    System messages become ``system``; tools ``{"name", "description",
+    "input_schema"}``. Besides :class:`LLMClient`'s arguments: ``max_tokens``
+    (required by the API; 4096 by default) and ``anthropic_version``.
+    """
+
+    dialect = "anthropic"
+    endpoint = "messages"
+    default_model = "claude-sonnet-4-5"
+
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str | None = None,
+        model: str | None = None,
+        *,
+        max_tokens: int = 4096,
+        anthropic_version: str = "2023-06-01",
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(base_url, api_key, model, **kwargs)
+        self.max_tokens = max_tokens
+        self.anthropic_version = anthropic_version
+
+    def _auth_headers(self, api_key: str) -> dict[str, str]:
+        return {"x-api-key": api_key}
+
+    def _payload(
+        self, messages: Sequence[ChatMessage], tools: Sequence[ToolLike]
+    ) -> dict[str, Any]:
+        system, wire = to_anthropic(messages)
+        payload: dict[str, Any] = {
+            "model": self.model,
+            "max_tokens": self.max_tokens,
+            "messages": wire,
+        }
+        if system is not None:
+            payload["system"] = system
+        if tools:
+            payload["tools"] = [
+                {"name": name, "description": description, "input_schema": parameters}
+                for name, description, parameters in map(tool_schema, tools)
+            ]
+        return payload
+
+    def _protocol_headers(self) -> dict[str, str]:
+        return {"anthropic-version": self.anthropic_version}
+
+    async def __aenter__(self) -> AnthropicClient:
+        return self
+
+
+class OpenAIResponsesClient(LLMClient):
+    """The OpenAI Responses API.
+
+    Messages become ``input`` items (:func:`to_responses_input`); tools
+    ``{"type": "function", "name", ...}``. See :class:`LLMClient` for the
+    arguments.
+    """
+
+    dialect = "openai-responses"
+    endpoint = "responses"
+    default_model = "gpt-4o-mini"
+
+    def _payload(
+        self, messages: Sequence[ChatMessage], tools: Sequence[ToolLike]
+    ) -> dict[str, Any]:
+        payload: dict[str, Any] = {"model": self.model, "input": to_responses_input(messages)}
+        if tools:
+            payload["tools"] = [{"type": "function", **_function(*tool_schema(t))} for t in tools]
+        return payload
+
+    async def __aenter__(self) -> OpenAIResponsesClient:
+        return self
