@@ -51,24 +51,50 @@ class Chain(Generic[A, B]):
     """Reducers run one after the other, as ``pipe`` would, without observables between.
 
     ``finish`` and ``fail`` of an earlier stage feed the later stages before
-    those finish (or fail) themselves.
+    those finish (or fail) themselves. When a stage's ``step`` raises, the
+    outputs it produced before that still pass the later stages and come
+    first from ``fail``, which then starts at the stage that raised: exactly
+    what the piped operators would emit.
     """
 
-    __slots__ = ("_stages",)
+    __slots__ = ("_failed_at", "_owed", "_stages")
 
     def __init__(self, *stages: Reducer[Any, Any]) -> None:
         self._stages = stages
+        self._failed_at = 0  # the stage whose step raised; earlier stages never see the error
+        self._owed: Sequence[Any] = _NOTHING  # outputs due before that error
 
     def step(self, item: A) -> Sequence[B]:
-        items: Sequence[Any] = (item,)
-        for stage in self._stages:
+        return self._run(0, (item,))
+
+    def _run(self, first: int, items: Sequence[Any]) -> Sequence[Any]:
+        for k in range(first, len(self._stages)):
+            stage = self._stages[k]
             if len(items) == 1:
-                items = stage.step(items[0])
+                try:
+                    items = stage.step(items[0])
+                except Exception:
+                    self._raised(k, _NOTHING)
+                    raise
             else:
-                items = [out for x in items for out in stage.step(x)]
+                produced: list[Any] = []
+                for x in items:
+                    try:
+                        produced.extend(stage.step(x))
+                    except Exception:
+                        self._raised(k, produced)
+                        raise
+                items = produced
             if not items:
                 return _NOTHING
         return items
+
+    def _raised(self, stage: int, produced: Sequence[Any]) -> None:
+        # Piped, ``produced`` would have reached the observer before the error. If a
+        # later stage raises on it, that error came first and replaces this one.
+        self._failed_at = stage
+        self._owed = _NOTHING
+        self._owed = self._run(stage + 1, produced)
 
     def finish(self) -> Sequence[B]:
         items: list[Any] = []
@@ -78,11 +104,12 @@ class Chain(Generic[A, B]):
         return items
 
     def fail(self, error: Exception) -> Sequence[B]:
-        items: list[Any] = []
-        for stage in self._stages:
-            items = [out for x in items for out in stage.step(x)]
-            items.extend(stage.fail(error))
-        return items
+        items: list[Any] = list(self._owed)
+        tail: list[Any] = []
+        for stage in self._stages[self._failed_at :]:
+            tail = [out for x in tail for out in stage.step(x)]
+            tail.extend(stage.fail(error))
+        return items + tail
 
 
 def reducer_operator(factory: Callable[[], Reducer[A, B]]) -> Operator[A, B]:

@@ -1,0 +1,405 @@
+"""``convert()``: the four converter operators composed, and the pipeline as a whole."""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+from collections.abc import Iterator
+from typing import Any
+from unittest import mock
+
+import attrs
+import reactivex
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from reactivex import operators as rx_ops
+
+from rafrx import operators as ops
+from rafrx import updates as u
+from rafrx.content import (
+    ErrorContent,
+    ReasoningContent,
+    TextContent,
+    ToolCallingContent,
+)
+from rafrx.errors import ProviderError
+from rafrx.events import FinishEvent, ResponseStartedEvent
+from rafrx.messages import ChatMessage, MessageRole, ToolCall
+from rafrx.response import AgentResponse, AgentResponseResult, FinishReason, Usage
+from tests.operators import contents, marble, run, subscribed
+from tests.strategies import LLMCall, legacy_updates, llm_calls, messy_updates, start_args_updates
+
+R = AgentResponseResult
+D = u.ToolCallDelta
+
+DEFAULT_LIMIT = 64 * 1024 * 1024
+
+
+def piped(eager: bool = False, max_argument_chars: int = DEFAULT_LIMIT) -> Any:
+    """The four operators, one by one: what convert() must equal."""
+    return lambda source: source.pipe(
+        ops.split_legacy_delta(),
+        ops.accumulate_tool_calls(max_argument_chars),
+        ops.parse_args_stream(),
+        ops.flush_tool_calls(eager),
+    )
+
+
+@contextlib.contextmanager
+def counted_ids() -> Iterator[None]:
+    """Generated call ids count from 0, so two runs over the same input can be compared."""
+    counter = itertools.count()
+
+    def new_call_id() -> str:
+        return f"gen_{next(counter)}"
+
+    with mock.patch("rafrx.operators._split_legacy_delta.new_call_id", new_call_id):
+        yield
+
+
+def outcome(updates: list[Any], operator: Any) -> tuple[list[Any], list[tuple[type, str]]]:
+    with counted_ids():
+        out, errors = run(updates, operator)
+    return out, [(type(e), str(e)) for e in errors]
+
+
+def response(updates: list[Any]) -> AgentResponse:
+    out, errors = run(updates, ops.convert(), ops.aggregate())
+    assert errors == []
+    [result] = out
+    return result  # type: ignore[no-any-return]
+
+
+def expected_response(call: LLMCall) -> AgentResponse:
+    """What the plan of one LLM call must aggregate to, however it is streamed."""
+    tool_calls = [ToolCall(c.id, c.name, c.arguments) for c in call.calls]
+    message = None
+    if call.text or call.reasoning or tool_calls:
+        message = ChatMessage(
+            MessageRole.ASSISTANT,
+            call.text,
+            tool_calls=tool_calls or None,
+            reasoning=call.reasoning or None,
+        )
+    return AgentResponse(
+        id=call.response_id,
+        model=call.model,
+        text=call.text,
+        reasoning_text=call.reasoning or None,
+        tool_calls=tool_calls,
+        turn_transcript=[] if message is None else [message],
+        finish_reason=call.finish_reason,
+        usage=call.usage,
+    )
+
+
+# ---------------------------------------------------------------- marbles
+
+LOOKUP: dict[str, Any] = {
+    "m": u.ResponseMetadata("r", "m"),
+    "t": u.TextDelta("Hi"),
+    "d": D(0, id="c", name="f", arguments_delta='{"k": 1}'),
+    "f": u.Finish(FinishReason.TOOL_CALLS),
+}
+
+
+def test_marble_convert_emits_per_update_and_the_callings_at_completion() -> None:
+    messages, subscriptions = marble(ops.convert(), "-m-t-d-f-|", LOOKUP)
+    assert [m.time for m in messages] == [210, 230, 250, 250, 270, 270, 290, 290]
+    results = [m.value.value for m in messages[:-1]]
+    assert results[0].events == (ResponseStartedEvent("r", "m"),)
+    assert [type(c).__name__ for r in results for c in r.contents] == [
+        "TextContent",
+        "ToolCallStartContent",
+        "ToolCallArgsContent",
+        "ToolCallArgsParsedContent",
+        "ToolCallEndContent",
+        "ToolCallingContent",
+    ]
+    assert results[5].finish_reason is FinishReason.TOOL_CALLS
+    assert results[5].events == (FinishEvent(FinishReason.TOOL_CALLS),)
+    assert messages[-1].value.kind == "C"
+    assert subscriptions == [subscribed(200, 290)]
+
+
+def test_marble_convert_equals_the_piped_operators() -> None:
+    first, first_subscriptions = marble(ops.convert(), "-m-t-d-f-|", LOOKUP)
+    second, second_subscriptions = marble(piped(), "-m-t-d-f-|", LOOKUP)
+    assert first == second
+    assert first_subscriptions == second_subscriptions
+
+
+def test_marble_error_one_error_content_then_the_error() -> None:
+    boom = ConnectionResetError("reset")
+    messages, subscriptions = marble(ops.convert(), "-t-d-#", LOOKUP, error=boom)
+    errors = [m for m in messages if m.value.kind == "E"]
+    assert [e.value.exception for e in errors] == [boom]
+    assert messages[-2].value.value == R(contents=[ErrorContent("reset")])
+    assert sum(isinstance(c, ErrorContent) for r in values_of(messages) for c in r.contents) == 1
+    assert not any(
+        isinstance(c, ToolCallingContent) for r in values_of(messages) for c in r.contents
+    )
+    assert subscriptions == [subscribed(200, 250)]
+
+
+def test_marble_unsubscribe_disposes_upstream() -> None:
+    messages, subscriptions = marble(ops.convert(), "-m-t-d-f-|", LOOKUP, disposed=235)
+    assert len(messages) == 2
+    assert subscriptions == [subscribed(200, 235)]
+
+
+def values_of(messages: list[Any]) -> list[Any]:
+    return [m.value.value for m in messages if m.value.kind == "N"]
+
+
+# ---------------------------------------------------------------- pipeline behaviour
+
+
+def test_seed_parallel_sequence_through_the_whole_pipeline() -> None:
+    updates = [
+        u.ToolCallStart("A", "read"),
+        u.ToolCallStart("B", "write"),
+        u.ToolCallArgs("A", '{"path"'),
+        u.ToolCallArgs("B", '{"path"'),
+        u.ToolCallArgs("A", ': "a.txt"}'),
+        u.ToolCallArgs("B", ': "b.txt", "content": "hi"}'),
+        u.ToolCallEnd("A"),
+        u.ToolCallEnd("B"),
+        u.Finish(FinishReason.TOOL_CALLS),
+    ]
+    out, errors = run(updates, ops.convert())
+    assert errors == []
+    assert [c for c in contents(out) if isinstance(c, ToolCallingContent)] == [
+        ToolCallingContent("A", "read", {"path": "a.txt"}, '{"path": "a.txt"}'),
+        ToolCallingContent(
+            "B", "write", {"path": "b.txt", "content": "hi"}, '{"path": "b.txt", "content": "hi"}'
+        ),
+    ]
+    assert response(updates).tool_calls == (
+        ToolCall("A", "read", {"path": "a.txt"}),
+        ToolCall("B", "write", {"path": "b.txt", "content": "hi"}),
+    )
+
+
+def test_tool_call_end_comes_before_finish_and_calling_after_everything() -> None:
+    out, _ = run(
+        [D(0, id="c", name="f", arguments_delta="{}"), u.Finish(FinishReason.TOOL_CALLS)],
+        ops.convert(),
+    )
+    kinds = [type(c).__name__ for r in out for c in r.contents]
+    finish_at = next(i for i, r in enumerate(out) if r.finish_reason is not None)
+    end_at = next(
+        i
+        for i, r in enumerate(out)
+        if any(type(c).__name__ == "ToolCallEndContent" for c in r.contents)
+    )
+    assert end_at < finish_at == len(out) - 2
+    assert kinds[-1] == "ToolCallingContent"
+
+
+def test_eager_convert_flushes_right_after_the_end() -> None:
+    out, _ = run(
+        [D(0, id="c", name="f", arguments_delta="{}"), u.Finish(FinishReason.TOOL_CALLS)],
+        ops.convert(eager=True),
+    )
+    assert [type(c).__name__ for r in out for c in r.contents] == [
+        "ToolCallStartContent",
+        "ToolCallArgsContent",
+        "ToolCallEndContent",
+        "ToolCallingContent",
+    ]
+    assert out[-1].finish_reason is FinishReason.TOOL_CALLS
+
+
+def test_convert_state_is_per_subscription() -> None:
+    source = reactivex.from_iterable(
+        [
+            u.TextDelta("a"),
+            D(0, id="c", name="f", arguments_delta="{}"),
+            u.Finish(FinishReason.STOP),
+        ]
+    ).pipe(ops.convert())
+    first: list[R] = []
+    second: list[R] = []
+    source.subscribe(first.append)
+    source.subscribe(second.append)
+    assert first == second
+    assert len(first) == 6
+
+
+def test_custom_operators_slot_in_between_the_built_in_ones() -> None:
+    def redact(result: R) -> R:
+        return attrs.evolve(
+            result,
+            contents=[
+                TextContent(c.text.replace("hunter2", "*******"), meta=c.meta)
+                if isinstance(c, TextContent)
+                else c
+                for c in result.contents
+            ],
+        )
+
+    def no_reasoning(update: Any) -> bool:
+        return not isinstance(update, u.ReasoningDelta)
+
+    source = reactivex.from_iterable(
+        [
+            u.ReasoningDelta("The password is hunter2."),
+            u.TextDelta("Your password is "),
+            u.TextDelta("hunter2."),
+            D(0, id="c", name="login", arguments_delta='{"user": "ann"}'),
+            u.Finish(FinishReason.TOOL_CALLS),
+        ]
+    )
+    result = source.pipe(
+        rx_ops.filter(no_reasoning),
+        ops.split_legacy_delta(),
+        ops.accumulate_tool_calls(),
+        rx_ops.map(redact),
+        ops.parse_args_stream(),
+        ops.flush_tool_calls(),
+        ops.aggregate(),
+    ).run()
+    assert result.text == "Your password is *******."
+    assert result.reasoning_text is None
+    assert result.tool_calls == (ToolCall("c", "login", {"user": "ann"}),)
+
+
+def test_a_raising_user_operator_between_built_ins_fails_cleanly_with_partial() -> None:
+    def explode(result: R) -> R:
+        if any(isinstance(c, ReasoningContent) for c in result.contents):
+            raise ProviderError("user mapper failed")
+        return result
+
+    out, errors = run(
+        [u.TextDelta("kept"), u.ReasoningDelta("boom"), u.TextDelta("never")],
+        ops.split_legacy_delta(),
+        ops.accumulate_tool_calls(),
+        rx_ops.map(explode),
+        ops.parse_args_stream(),
+        ops.flush_tool_calls(),
+        ops.aggregate(),
+    )
+    assert out == []
+    assert [str(e) for e in errors] == ["user mapper failed"]
+    assert isinstance(errors[0], ProviderError)
+    assert errors[0].partial is not None
+    assert errors[0].partial.text == "kept"
+
+
+def test_split_then_convert_is_idempotent_on_start_args_updates() -> None:
+    updates = [u.ToolCallStart("a", "f"), u.ToolCallArgs("a", "{}"), u.ToolCallEnd("a")]
+    first, _ = run(updates, ops.convert())
+    second, _ = run(updates, ops.split_legacy_delta(), ops.convert())
+    assert first == second
+
+
+# ---------------------------------------------------------------- properties
+
+
+@settings(max_examples=120, deadline=None)
+@given(updates=messy_updates(), eager=st.booleans(), limit=st.sampled_from([DEFAULT_LIMIT, 4]))
+def test_convert_equals_the_four_operators_piped(
+    updates: list[Any], eager: bool, limit: int
+) -> None:
+    assert outcome(updates, ops.convert(eager, limit)) == outcome(updates, piped(eager, limit))
+
+
+@settings(max_examples=50, deadline=None)
+@given(call=llm_calls(), data=st.data())
+def test_legacy_deltas_aggregate_to_the_plan_however_they_are_split(
+    call: LLMCall, data: st.DataObject
+) -> None:
+    assert response(data.draw(legacy_updates(call))) == expected_response(call)
+
+
+@settings(max_examples=50, deadline=None)
+@given(call=llm_calls(), data=st.data())
+def test_start_args_updates_aggregate_to_the_plan_however_they_are_split(
+    call: LLMCall, data: st.DataObject
+) -> None:
+    assert response(data.draw(start_args_updates(call))) == expected_response(call)
+
+
+@settings(max_examples=25, deadline=None)
+@given(call=llm_calls(), data=st.data())
+def test_convert_equals_piped_on_well_formed_streams(call: LLMCall, data: st.DataObject) -> None:
+    updates = data.draw(legacy_updates(call))
+    assert outcome(updates, ops.convert()) == outcome(updates, piped())
+
+
+def test_usage_as_update_or_on_finish_gives_the_same_response() -> None:
+    usage = Usage(3, 4, 7)
+    a = response([u.TextDelta("x"), u.Usage(usage), u.Finish(FinishReason.STOP)])
+    b = response([u.TextDelta("x"), u.Finish(FinishReason.STOP, usage)])
+    assert a == b
+    assert a.usage == usage
+
+
+def test_convert_equals_piped_when_a_stage_fails_after_emitting_in_the_same_step() -> None:
+    # split emits Start and the held-back Args together; accumulate raises on the Args.
+    updates = [D(0, id="c", arguments_delta='{"k": "long"}'), D(0, name="f")]
+    converted = outcome(updates, ops.convert(max_argument_chars=4))
+    assert converted == outcome(updates, piped(max_argument_chars=4))
+    results, errors = converted
+    assert [type(c).__name__ for r in results for c in r.contents] == [
+        "ToolCallStartContent",
+        "ErrorContent",
+    ]
+    assert [t.__name__ for t, _ in errors] == ["LimitExceeded"]
+
+
+class _Twice:
+    """A stage emitting each item twice."""
+
+    def step(self, item: str) -> tuple[str, ...]:
+        return (item, item + "'")
+
+    def finish(self) -> tuple[str, ...]:
+        return ("twice-done",)
+
+    def fail(self, error: Exception) -> tuple[str, ...]:
+        return ("twice-failed",)
+
+
+class _RaiseOn:
+    """A stage that raises on one item, and says so in ``fail``."""
+
+    def __init__(self, bad: str) -> None:
+        self.bad = bad
+
+    def step(self, item: str) -> tuple[str, ...]:
+        if item == self.bad:
+            raise ValueError(item)
+        return (item.upper(),)
+
+    def finish(self) -> tuple[str, ...]:
+        return ()
+
+    def fail(self, error: Exception) -> tuple[str, ...]:
+        return (f"failed:{error}",)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    items=st.lists(st.sampled_from(["a", "b", "x"]), max_size=6),
+    bad=st.sampled_from(["x", "x'", "X", "X'"]),
+)
+def test_chain_behaves_like_piped_reducers_when_a_stage_raises(items: list[str], bad: str) -> None:
+    from rafrx.operators._reducer import Chain, reducer_operator
+
+    def stages() -> list[Any]:
+        return [_Twice(), _RaiseOn("x'" if bad.startswith("x") else "?"), _Twice(), _RaiseOn(bad)]
+
+    def chained(source: Any) -> Any:
+        return source.pipe(reducer_operator(lambda: Chain(*stages())))
+
+    def one_by_one(source: Any) -> Any:
+        made = stages()
+        return source.pipe(*(reducer_operator(lambda s=s: s) for s in made))
+
+    def observe(operator: Any) -> tuple[list[Any], list[str]]:
+        out, errors = run(items, operator)
+        return out, [str(e) for e in errors]
+
+    assert observe(chained) == observe(one_by_one)
