@@ -1,0 +1,514 @@
+"""Tests for :mod:`rafrx.json_stream` (the incremental tool-argument parser).
+
+The oracle is :func:`json.loads` on the same text: the parser must accept what
+it accepts (with an equal value) and reject what it rejects, however the text
+is split into fragments. Data: ``tests/data/conformance/json-test-suite``.
+"""
+
+from __future__ import annotations
+
+import doctest
+import functools
+import itertools
+import json
+import math
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import rafrx.json_stream
+from rafrx.json_stream import ArgEvent, ArgMember, ArgProgress, StreamingArgsParser
+
+SUITE = Path(__file__).parent / "data" / "conformance" / "json-test-suite"
+FILES = sorted(SUITE.glob("*.json"))
+
+# json.loads (hence rafrx) accepts NaN / Infinity / -Infinity.
+N_ACCEPTED_BY_JSON_LOADS = {
+    "n_number_NaN.json",
+    "n_number_infinity.json",
+    "n_number_minus_infinity.json",
+}
+# The only valid-UTF-8 i_ file json.loads (hence rafrx) rejects: a leading BOM.
+I_REJECTED = {"i_structure_UTF-8_BOM_empty_object.json"}
+
+Verdict = tuple[bool, Any]
+
+
+# -- helpers ----------------------------------------------------------------
+
+
+def same(a: Any, b: Any) -> bool:
+    """Type-aware, NaN-aware deep equality (1, 1.0 and True all differ); no recursion."""
+    todo = [(a, b)]
+    while todo:
+        x, y = todo.pop()
+        if type(x) is not type(y):
+            return False
+        if isinstance(x, float):
+            if not (x == y or (math.isnan(x) and math.isnan(y))):
+                return False
+        elif isinstance(x, list):
+            if len(x) != len(y):
+                return False
+            todo.extend(zip(x, y, strict=True))
+        elif isinstance(x, dict):
+            if list(x) != list(y):
+                return False
+            todo.extend((x[k], y[k]) for k in x)
+        elif x != y:
+            return False
+    return True
+
+
+def oracle(text: str) -> Verdict:
+    """What json.loads says: (True, value) or (False, None)."""
+    try:
+        return True, json.loads(text)
+    except (ValueError, RecursionError):
+        return False, None
+
+
+def pieces(text: str, cuts: Iterable[int]) -> list[str]:
+    """Split ``text`` at the given offsets (any order, duplicates give empty pieces)."""
+    bounds = [0, *sorted(cuts), len(text)]
+    return [text[a:b] for a, b in itertools.pairwise(bounds)]
+
+
+def run(frags: Sequence[str]) -> tuple[StreamingArgsParser, list[list[ArgEvent]], Verdict]:
+    """Feed the fragments, then close; return the parser, events per feed and verdict."""
+    parser = StreamingArgsParser()
+    per_feed = [parser.feed(f) for f in frags]
+    try:
+        verdict: Verdict = (True, parser.close())
+    except ValueError:
+        verdict = (False, None)
+    return parser, per_feed, verdict
+
+
+def check_parity(text: str, frags: Sequence[str]) -> Verdict:
+    """Assert the parser's verdict on ``frags`` equals json.loads on ``text``."""
+    assert "".join(frags) == text
+    expected = oracle(text)
+    parser, _, verdict = run(frags)
+    assert verdict[0] == expected[0], (parser.error, len(frags))
+    if expected[0]:
+        assert parser.error is None
+        assert same(verdict[1], expected[1])
+    else:
+        assert parser.error is not None
+        assert "at offset" in parser.error
+    return verdict
+
+
+@functools.cache
+def suite_texts(path: Path) -> list[str]:
+    """The decoded texts of a suite file to feed (the parser takes ``str``).
+
+    Valid UTF-8 decodes strictly. Otherwise the parser can't see the bytes,
+    so parity is with json.loads on a decoded text: the decoding json.loads
+    itself uses for bytes (UTF-16 detection, surrogatepass) when that works,
+    and the U+FFFD replacement form.
+    """
+    raw = path.read_bytes()
+    try:
+        return [raw.decode("utf-8", errors="strict")]
+    except UnicodeDecodeError:
+        pass
+    texts = [raw.decode("utf-8", errors="replace")]
+    try:
+        texts.append(raw.decode(json.detect_encoding(raw), "surrogatepass"))
+    except UnicodeDecodeError:
+        with pytest.raises(ValueError, match="codec"):
+            json.loads(raw)  # json.loads fails on these bytes too
+    return texts
+
+
+def two_way_cuts(n: int) -> list[int]:
+    """Every 2-way split of a short text; a few evenly spaced ones of a long one."""
+    if n <= 200:
+        return list(range(n + 1))
+    count = 100 if n <= 5000 else 4
+    return sorted({n * k // count for k in range(count + 1)})
+
+
+def split_points(text: str) -> st.SearchStrategy[list[int]]:
+    return st.lists(st.integers(0, len(text)), max_size=40)
+
+
+def events_of(per_feed: Iterable[list[ArgEvent]]) -> list[ArgEvent]:
+    return [e for batch in per_feed for e in batch]
+
+
+# -- conformance suite ------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", FILES, ids=[p.name for p in FILES])
+def test_suite_whole_per_char_and_two_way(path: Path) -> None:
+    for text in suite_texts(path):
+        ok, _ = check_parity(text, [text])
+        if path.name.startswith("y_"):
+            assert ok
+        elif path.name.startswith("n_"):
+            assert ok == (path.name in N_ACCEPTED_BY_JSON_LOADS)
+        check_parity(text, list(text))
+        for cut in two_way_cuts(len(text)):
+            check_parity(text, pieces(text, [cut]))
+
+
+@pytest.mark.parametrize("prefix", ["y_", "n_", "i_"])
+@settings(
+    max_examples=5,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+@given(data=st.data())
+def test_suite_random_splits(prefix: str, data: st.DataObject) -> None:
+    """Each example splits every file of the group at its own random points."""
+    for path in FILES:
+        if path.name.startswith(prefix):
+            for text in suite_texts(path):
+                cuts = st.lists(st.integers(0, len(text)), max_size=12)
+                check_parity(text, pieces(text, data.draw(cuts, label=path.name)))
+
+
+def test_suite_verdicts_are_documented() -> None:
+    """rafrx's answers where RFC 8259 and json.loads differ (valid UTF-8 files)."""
+    accepted_n, rejected_i = set(), set()
+    for path in FILES:
+        try:
+            text = path.read_bytes().decode("utf-8")
+        except UnicodeDecodeError:
+            continue
+        accepted = run([text])[2][0]
+        if path.name.startswith("n_") and accepted:
+            accepted_n.add(path.name)
+        elif path.name.startswith("i_") and not accepted:
+            rejected_i.add(path.name)
+    assert accepted_n == N_ACCEPTED_BY_JSON_LOADS
+    assert rejected_i == I_REJECTED
+
+
+def test_deep_nesting_has_no_recursion() -> None:
+    text = "[" * 100_000
+    parser = StreamingArgsParser()
+    for ch in text:
+        assert parser.feed(ch) == []
+    assert parser.error is None  # a valid prefix so far
+    with pytest.raises(json.JSONDecodeError):
+        parser.close()
+    assert parser.error == "Unexpected end of input at offset 100000"
+
+
+def test_too_deep_for_json_loads_is_invalid_not_a_crash() -> None:
+    text = '{"a": ' + "[" * 100_000 + "]" * 100_000 + "}"
+    with pytest.raises(RecursionError):
+        json.loads(text)
+    parser, _, verdict = run([text])
+    assert verdict == (False, None)
+    assert parser.error == "Value nested too deeply at offset 6"
+
+
+# -- events -----------------------------------------------------------------
+
+_TRICKY = '"\\/\n\r\t\b\f\x00\x1f\x7f é€😀𝄞\u2028\ufeffaZ'
+json_strings = st.text() | st.text(alphabet=_TRICKY)
+json_scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.integers(min_value=-(10**30), max_value=10**30)
+    | st.floats(allow_nan=True, allow_infinity=True)
+    | json_strings
+)
+json_values = st.recursive(
+    json_scalars,
+    lambda kids: st.lists(kids, max_size=4) | st.dictionaries(json_strings, kids, max_size=4),
+    max_leaves=12,
+)
+json_objects = st.dictionaries(json_strings, json_values | json_strings, max_size=6)
+SEPARATORS = [(",", ":"), (", ", ": "), (" ,\t", " :\r\n"), (",\n", ":  ")]
+
+
+@st.composite
+def serialized(draw: st.DrawFn) -> tuple[dict[str, Any], str]:
+    obj = draw(json_objects)
+    text = json.dumps(
+        obj,
+        ensure_ascii=draw(st.booleans()),
+        indent=draw(st.sampled_from([None, 0, 2, "\t"])),
+        separators=draw(st.sampled_from(SEPARATORS)),
+    )
+    return obj, text
+
+
+def assert_events(obj: dict[str, Any], per_feed: list[list[ArgEvent]]) -> None:
+    events = events_of(per_feed)
+    members = [(e.name, e.value) for e in events if isinstance(e, ArgMember)]
+    assert same(dict(members), obj)
+    assert [name for name, _ in members] == list(obj)
+    for batch in per_feed:  # at most one progress per member per feed
+        names = [e.name for e in batch if isinstance(e, ArgProgress)]
+        assert len(names) == len(set(names))
+    # Progress for a member comes right before its ArgMember, after the previous one.
+    current: list[ArgProgress] = []
+    for event in events:
+        if isinstance(event, ArgProgress):
+            assert all(p.name == event.name for p in current)
+            current.append(event)
+            continue
+        value = event.value
+        if isinstance(value, str):
+            assert all(p.name == event.name for p in current)
+            assert "".join(p.fragment for p in current) == value
+            so_far = ""
+            for p in current:
+                assert p.fragment
+                assert not any(0xD800 <= ord(c) <= 0xDFFF for c in p.fragment)
+                so_far += p.fragment
+                assert p.received == len(so_far.encode("utf-8"))
+        else:
+            assert current == []
+        current = []
+    assert current == []
+
+
+@settings(max_examples=100, deadline=None)
+@given(case=serialized(), per_char=st.booleans(), data=st.data())
+def test_events_match_the_object(
+    case: tuple[dict[str, Any], str], per_char: bool, data: st.DataObject
+) -> None:
+    obj, text = case
+    frags = list(text) if per_char else pieces(text, data.draw(split_points(text)))
+    parser, per_feed, verdict = run(frags)
+    assert parser.error is None
+    assert verdict[0]
+    assert same(verdict[1], obj)
+    assert_events(obj, per_feed)
+
+
+@settings(max_examples=60, deadline=None)
+@given(value=json_values, ensure_ascii=st.booleans(), data=st.data())
+def test_any_top_level_value_no_events(value: Any, ensure_ascii: bool, data: st.DataObject) -> None:
+    text = json.dumps(value, ensure_ascii=ensure_ascii)
+    frags = pieces(text, data.draw(split_points(text)))
+    _, per_feed, verdict = run(frags)
+    assert same(verdict[1], value)
+    if not isinstance(value, dict):
+        assert events_of(per_feed) == []
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    text=st.text(alphabet='{}[]",:0123456789-+.eEtrufalsnNIiy\\u \n'),
+    data=st.data(),
+)
+def test_random_text_parity(text: str, data: st.DataObject) -> None:
+    check_parity(text, pieces(text, data.draw(split_points(text))))
+
+
+def test_surrogate_pair_never_split() -> None:
+    text = '{"s": "a\\ud83d\\ude00b\\ud834\\udd1e"}'
+    for i in range(len(text) + 1):
+        for j in range(i, len(text) + 1):
+            _, per_feed, verdict = run(pieces(text, [i, j]))
+            assert verdict == (True, {"s": "a😀b𝄞"})
+            assert_events({"s": "a😀b𝄞"}, per_feed)
+
+
+def test_lone_surrogates_are_kept_like_json_loads() -> None:
+    text = '{"s": "\\ud800x\\udc00\\ud800\\ud800\\udc00\\ud800\\n\\udbff"}'
+    expected = json.loads(text)["s"]
+    assert expected == "\ud800x\udc00\ud800\U00010000\ud800\n\udbff"
+    for i in range(len(text) + 1):
+        for j in range(i, len(text) + 1):
+            _, per_feed, verdict = run(pieces(text, [i, j]))
+            assert verdict == (True, {"s": expected})
+            progress = [e for e in events_of(per_feed) if isinstance(e, ArgProgress)]
+            assert "".join(p.fragment for p in progress) == expected
+            assert progress[-1].received == len(expected.encode("utf-8", "surrogatepass"))
+
+
+def test_escape_waits_for_its_rest() -> None:
+    parser = StreamingArgsParser()
+    assert parser.feed('{"s": "ab\\') == [ArgProgress("s", 2, "ab")]
+    assert parser.feed("u00") == []
+    assert parser.feed("e9") == [ArgProgress("s", 4, "é")]
+    assert parser.feed('\\ud83d"') == [  # a lone surrogate: the string ended
+        ArgProgress("s", 7, "\ud83d"),
+        ArgMember("s", "abé\ud83d"),
+    ]
+    assert parser.feed("}") == []
+    assert parser.close() == {"s": "abé\ud83d"}
+
+
+# -- completeness -----------------------------------------------------------
+
+
+def test_parsable_prefix_is_not_reported() -> None:
+    parser = StreamingArgsParser()
+    assert parser.feed('{"q": "a') == [ArgProgress("q", 1, "a")]
+    assert parser.feed('bc"') == [ArgProgress("q", 3, "bc"), ArgMember("q", "abc")]
+    assert parser.feed("}") == []
+    assert parser.close() == {"q": "abc"}
+
+
+def test_number_is_complete_only_when_delimited() -> None:
+    parser = StreamingArgsParser()
+    assert parser.feed('{"n": 12') == []
+    assert parser.feed("3") == []
+    assert parser.feed("}") == [ArgMember("n", 123)]
+    assert parser.close() == {"n": 123}
+
+    parser = StreamingArgsParser()
+    assert parser.feed('{"n": -1.5e') == []
+    assert parser.feed("+3 ") == [ArgMember("n", -1500.0)]
+    assert parser.feed(', "m": 0,') == [ArgMember("m", 0)]
+
+
+def test_non_string_members() -> None:
+    parser = StreamingArgsParser()
+    events = parser.feed('{"a": [1, {"b": "}]"}], "t": true, "x": null, "i": -Infinity, "o": {}')
+    assert events == [
+        ArgMember("a", [1, {"b": "}]"}]),
+        ArgMember("t", True),
+        ArgMember("x", None),
+        ArgMember("i", float("-inf")),
+        ArgMember("o", {}),
+    ]
+    assert parser.feed("}") == []
+    assert parser.close()["t"] is True
+
+
+def test_duplicate_keys_reported_each_time_last_wins() -> None:
+    parser = StreamingArgsParser()
+    events = parser.feed('{"a": 1, "a": 2}')
+    assert events == [ArgMember("a", 1), ArgMember("a", 2)]
+    assert parser.close() == json.loads('{"a": 1, "a": 2}') == {"a": 2}
+
+
+def test_top_level_scalars() -> None:
+    for text, value in [("12", 12), (" -0.5e1 ", -5.0), ('"x"', "x"), ("true", True)]:
+        parser = StreamingArgsParser()
+        assert parser.feed(text) == []
+        assert same(parser.close(), value)
+    parser = StreamingArgsParser()
+    parser.feed("NaN")
+    assert math.isnan(parser.close())
+
+
+# -- errors -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "error"),
+    [
+        ('{"a" 1', "Expecting ':' delimiter at offset 5"),
+        ('{"a": 1 "b"', "Expecting ',' delimiter at offset 8"),
+        ('{"a": 01', "Expecting ',' delimiter at offset 7"),
+        ('{"a": 1,}', "Expecting property name enclosed in double quotes at offset 8"),
+        ("{} x", "Extra data at offset 3"),
+        ('{"a": "\x01"}', "Invalid control character at offset 7"),
+        ('{"a": "\\x"}', "Invalid \\escape at offset 7"),
+        ('{"a": "\\u12g4"}', "Invalid \\uXXXX escape at offset 7"),
+        ("\ufeff{}", "Expecting value at offset 0"),
+        ("[-NaN]", "Expecting value at offset 1"),
+    ],
+)
+def test_error_is_set_as_soon_as_detectable(text: str, error: str) -> None:
+    assert not oracle(text)[0]
+    parser = StreamingArgsParser()
+    for ch in text:
+        parser.feed(ch)
+    assert parser.error == error
+    with pytest.raises(json.JSONDecodeError) as info:
+        parser.close()
+    assert info.value.pos == int(error.rsplit(" ", 1)[1])
+
+
+def test_no_events_after_error_but_earlier_ones_kept() -> None:
+    parser = StreamingArgsParser()
+    assert parser.feed('{"a": 1, "b": x') == [ArgMember("a", 1)]
+    assert parser.error == "Expecting value at offset 14"
+    assert parser.feed('"c": "d"}') == []
+    assert parser.text == '{"a": 1, "b": x"c": "d"}'
+    with pytest.raises(json.JSONDecodeError):
+        parser.close()
+    with pytest.raises(json.JSONDecodeError):
+        parser.close()
+
+
+def test_incomplete_input() -> None:
+    for text in ["", "   ", '{"a": 1', '{"a": "x', "[1, 2", "nul", "-", '"abc\\']:
+        parser = StreamingArgsParser()
+        parser.feed(text)
+        assert parser.error is None
+        with pytest.raises(json.JSONDecodeError):
+            parser.close()
+        assert parser.error is not None
+
+
+def test_max_bytes() -> None:
+    parser = StreamingArgsParser(max_bytes=10)
+    assert parser.feed('{"a": "é') != []  # 9 bytes
+    assert parser.error is None
+    assert parser.feed("é") == []  # 11 bytes
+    assert parser.error == "arguments exceed 10 bytes at offset 8"
+    with pytest.raises(ValueError, match="exceed"):
+        parser.close()
+
+
+def test_feed_after_close() -> None:
+    parser = StreamingArgsParser()
+    parser.feed("{}")
+    assert parser.close() == {}
+    assert parser.close() == {}
+    with pytest.raises(RuntimeError):
+        parser.feed(" ")
+
+
+# -- linear work ------------------------------------------------------------
+
+
+def test_work_is_linear_for_a_huge_string_in_tiny_fragments() -> None:
+    content = ('def f(x):\n    return x * 2  # "q" \\ \t é 😀\n' * 25_000)[:1_000_000]
+    text = json.dumps({"path": "src/main.py", "content": content})
+    parser = StreamingArgsParser()
+    received = 0
+    for i in range(0, len(text), 4):
+        for event in parser.feed(text[i : i + 4]):
+            if isinstance(event, ArgProgress) and event.name == "content":
+                received = event.received
+    assert parser.close()["content"] == content
+    assert received == len(content.encode())
+    assert parser._scanned <= 2 * len(text)
+    assert parser._pending == ""
+
+
+def test_work_is_linear_for_a_huge_nested_value() -> None:
+    text = json.dumps({"rows": [[i, str(i), {"k": [i]}] for i in range(10_000)]})
+    parser = StreamingArgsParser()
+    for i in range(0, len(text), 4):
+        parser.feed(text[i : i + 4])
+    assert same(parser.close(), json.loads(text))
+    # Every character once by the scanner (a number's delimiter twice), once by
+    # json.loads of the closed value.
+    assert parser._scanned <= 2.1 * len(text)
+
+
+def test_text_is_joined_lazily() -> None:
+    parser = StreamingArgsParser()
+    for ch in '{"a": 1}':
+        parser.feed(ch)
+    assert parser.text == '{"a": 1}'
+    assert parser._pieces == ['{"a": 1}']
+
+
+def test_module_doctest() -> None:
+    result = doctest.testmod(rafrx.json_stream)
+    assert result.attempted > 0
+    assert result.failed == 0
