@@ -1,0 +1,555 @@
+"""An incremental, WHATWG-conformant Server-Sent-Events decoder.
+
+:class:`SSEDecoder` turns the bytes of a ``text/event-stream`` response,
+split anywhere, into :class:`ServerSentEvent` objects, following the
+"event stream interpretation" of the HTML Living Standard exactly: UTF-8 with
+U+FFFD for invalid bytes, one leading BOM stripped, CRLF / LF / CR line ends,
+``:`` comments, the ``data`` / ``event`` / ``id`` / ``retry`` fields, and no
+dispatch of an event whose blank line never came. It is sans-IO: hand it
+bytes with :meth:`~SSEDecoder.feed`, end the stream with
+:meth:`~SSEDecoder.close`.
+
+Example:
+    >>> decoder = SSEDecoder()
+    >>> decoder.feed(b"event: greeting\\r\\ndata: hel")
+    []
+    >>> decoder.feed(b"lo\\r\\nid: 1\\r")
+    []
+    >>> decoder.feed(b"\\n\\r\\ndata: {\\"n\\": 2}\\n\\n")
+    [ServerSentEvent(event='greeting', data='hello', id='1', retry=None), \
+ServerSentEvent(event='message', data='{"n": 2}', id='1', retry=None)]
+    >>> decoder.last_event_id
+    '1'
+    >>> decoder.close()
+    []
+
+Memory is bounded: a line longer than ``max_line_bytes`` or an event whose
+data is longer than ``max_event_bytes`` (both counted in UTF-8 bytes) raises
+:class:`~rafrx.errors.LimitExceeded` from the ``feed()`` call whose chunk
+carries it over the limit, so the decoder never holds much more than the
+limits plus one chunk.
+"""
+
+from __future__ import annotations
+
+import codecs
+import json
+from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator
+from typing import Any, Final, final
+
+import attrs
+
+from rafrx.errors import ContentTypeError, LimitExceeded
+
+__all__ = [
+    "DEFAULT_MAX_EVENT_BYTES",
+    "DEFAULT_MAX_LINE_BYTES",
+    "SSEDecoder",
+    "ServerSentEvent",
+    "aiter_events",
+    "check_content_type",
+    "iter_events",
+]
+
+#: Default longest line (16 MiB) :class:`SSEDecoder` accepts.
+DEFAULT_MAX_LINE_BYTES: Final = 16 * 1024 * 1024
+#: Default longest event data (64 MiB) :class:`SSEDecoder` accepts.
+DEFAULT_MAX_EVENT_BYTES: Final = 64 * 1024 * 1024
+
+# int() refuses longer decimal strings (CPython's int_max_str_digits guard).
+_MAX_RETRY_DIGITS: Final = 4300
+
+_utf8_decode = codecs.utf_8_decode
+
+
+@final
+@attrs.frozen
+class ServerSentEvent:
+    """One dispatched event.
+
+    Example:
+        >>> ServerSentEvent(data='{"a": 1}').json()
+        {'a': 1}
+    """
+
+    event: str = "message"
+    """The event type: the last ``event`` field of the block, else ``"message"``."""
+    data: str = ""
+    """The ``data`` lines of the block, joined with ``"\\n"``."""
+    id: str = ""
+    """The last event ID committed when the event was dispatched (``""`` for none)."""
+    retry: int | None = None
+    """The reconnection time in milliseconds in force at dispatch, or ``None``
+    if the stream has not set one."""
+
+    def json(self) -> Any:
+        """Parse :attr:`data` as JSON.
+
+        Returns:
+            The decoded JSON value.
+
+        Raises:
+            json.JSONDecodeError: If the data is not JSON.
+        """
+        return json.loads(self.data)
+
+
+# attrs' generated __init__ for a frozen class calls object.__setattr__ once
+# per field; on the hot path (one event per LLM token) it is cheaper to fill
+# the slots through their member descriptors. Equivalent for this class, which
+# has no converters or validators (tests check both give equal objects).
+_new = object.__new__
+_set_event = ServerSentEvent.__dict__["event"].__set__
+_set_data = ServerSentEvent.__dict__["data"].__set__
+_set_id = ServerSentEvent.__dict__["id"].__set__
+_set_retry = ServerSentEvent.__dict__["retry"].__set__
+assert [a.name for a in attrs.fields(ServerSentEvent)] == ["event", "data", "id", "retry"]
+
+
+def _make_event(event: str, data: str, id: str, retry: int | None) -> ServerSentEvent:
+    ev: ServerSentEvent = _new(ServerSentEvent)
+    _set_event(ev, event)
+    _set_data(ev, data)
+    _set_id(ev, id)
+    _set_retry(ev, retry)
+    return ev
+
+
+def _utf8_len(text: str) -> int:
+    """Return the length of ``text`` in UTF-8 bytes (``isascii`` is O(1))."""
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+
+
+class SSEDecoder:
+    """Incremental ``text/event-stream`` decoder (sans-IO).
+
+    Feed it the response body in chunks of any size, split anywhere (inside a
+    CRLF, a multi-byte character or the BOM); the events are the same as for
+    the whole body at once. The work is done with C-level string operations
+    per chunk and per event, never per character.
+
+    After :meth:`close` the decoder can read the next response of the same
+    source (a reconnection): :attr:`last_event_id` and :attr:`retry` carry
+    over, everything else starts afresh, including BOM stripping.
+
+    Args:
+        max_line_bytes: Longest line accepted, in UTF-8 bytes, without its
+            line end.
+        max_event_bytes: Longest event data accepted, in UTF-8 bytes.
+
+    Example:
+        >>> d = SSEDecoder()
+        >>> [e.data for e in d.feed(b"data: a\\ndata: b\\n\\nretry: 3000\\n\\n")], d.retry
+        (['a\\nb'], 3000)
+    """
+
+    __slots__ = (
+        "_at_start",
+        "_data",
+        "_data_counted",
+        "_data_size",
+        "_error",
+        "_event_type",
+        "_held",
+        "_id_buffer",
+        "_last_id",
+        "_max_event",
+        "_max_line",
+        "_pieces",
+        "_retry",
+        "_skip_lf",
+        "_tail_bytes",
+    )
+
+    def __init__(
+        self,
+        max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
+        max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
+    ) -> None:
+        if max_line_bytes <= 0 or max_event_bytes <= 0:
+            raise ValueError("max_line_bytes and max_event_bytes must be positive")
+        self._max_line = max_line_bytes
+        self._max_event = max_event_bytes
+        self._last_id = ""
+        self._retry: int | None = None
+        self._reset()
+
+    def _reset(self) -> None:
+        """Start a new stream: drop everything not committed."""
+        self._error: LimitExceeded | None = None  # set: refuse input until close()
+        self._held = b""  # the first bytes of a character split across chunks
+        self._at_start = True  # a BOM may still come
+        self._skip_lf = False  # the last chunk ended in CR: drop a leading LF
+        self._pieces: list[str] = []  # the unfinished line
+        self._tail_bytes = 0  # its UTF-8 length
+        self._data: list[str] = []  # data lines of the event being built
+        self._data_counted = 0  # how many of them _data_size covers (reset on dispatch)
+        self._data_size = 0  # their UTF-8 length, with a "\n" each
+        self._event_type = ""
+        self._id_buffer = self._last_id
+
+    @property
+    def last_event_id(self) -> str:
+        """The last event ID committed so far (by a blank line); ``""`` for none.
+
+        This is what a reconnection sends as ``Last-Event-ID``.
+        """
+        return self._last_id
+
+    @property
+    def retry(self) -> int | None:
+        """The reconnection time in milliseconds set by the stream, or ``None``."""
+        return self._retry
+
+    def feed(self, chunk: bytes) -> list[ServerSentEvent]:
+        """Decode the next piece of the body.
+
+        Args:
+            chunk: Bytes, split anywhere.
+
+        Returns:
+            The events completed by this chunk, in order.
+
+        Raises:
+            LimitExceeded: A line or an event grew past its limit. Events
+                completed earlier in the same chunk are dropped with it; the
+                decoder then refuses further input until :meth:`close`.
+        """
+        if self._error is not None:
+            raise self._error
+        # Incremental UTF-8 decoding, as codecs.getincrementaldecoder("utf-8")
+        # does it (same primitive, same result) minus a Python-level layer.
+        if self._held:
+            chunk = self._held + chunk
+            self._held = b""
+        text, used = _utf8_decode(chunk, "replace", False)
+        if used != len(chunk):
+            self._held = bytes(chunk[used:])
+        if self._at_start or self._skip_lf:
+            text = self._fix_start(text)
+        if not text:
+            return []
+        if "\r" in text:
+            if text[-1] == "\r":  # the LF of a CRLF may start the next chunk
+                self._skip_lf = True
+            text = text.replace("\r\n", "\n").replace("\r", "\n")
+        try:
+            if "\n" not in text:  # the line goes on
+                self._add_piece(text)
+                return []
+            return self._process(text)
+        except LimitExceeded as err:
+            self._fail(err)
+            raise
+
+    def close(self) -> list[ServerSentEvent]:
+        """End the stream.
+
+        Per the standard, an unfinished line and an event without its blank
+        line are discarded (and an ``id`` in it is not committed), so this
+        returns ``[]``; it is a list to keep the ``feed()`` shape. The decoder
+        is then ready for the next response of the same source.
+
+        Returns:
+            Always an empty list.
+        """
+        self._reset()
+        return []
+
+    # ------------------------------------------------------------ internals
+
+    def _fix_start(self, text: str) -> str:
+        """Strip the stream's BOM, or the LF of a CRLF split across chunks."""
+        if not text:  # only part of a character so far: decide on the next chunk
+            return text
+        if self._at_start:
+            self._at_start = False
+            if text[0] == "\ufeff":
+                return text[1:]
+        elif text[0] == "\n":  # _skip_lf
+            self._skip_lf = False
+            return text[1:]
+        self._skip_lf = False
+        return text
+
+    def _process(self, text: str) -> list[ServerSentEvent]:
+        """Interpret LF-normalised text holding at least one line end.
+
+        The text is cut at blank lines into blocks; the common block shapes
+        (``data: ...`` and ``event: ...`` + ``data: ...``) become events right
+        here, on local variables; anything else goes line by line through
+        :meth:`_lines`.
+        """
+        if self._tail_bytes + (len(text) if text.isascii() else 4 * len(text)) > self._max_line:
+            self._check_line_lengths(text)
+        blocks = text.split("\n\n")  # all but the last are followed by a blank line
+        last = blocks.pop()
+        if self._pieces:  # complete the line begun in earlier chunks
+            pieces = self._pieces
+            if blocks:
+                pieces.append(blocks[0])
+                blocks[0] = "".join(pieces)
+            else:
+                pieces.append(last)
+                last = "".join(pieces)
+            self._pieces = []
+            self._tail_bytes = 0
+
+        events: list[ServerSentEvent] = []
+        if blocks:
+            append_event = events.append
+            new, cls = _new, ServerSentEvent
+            set_event, set_data, set_id, set_retry = _set_event, _set_data, _set_id, _set_retry
+            data = self._data
+            event_type = self._event_type
+            id_buffer = self._id_buffer
+            last_id = self._last_id
+            retry = self._retry
+            quarter = self._max_event >> 2  # data of at most this many chars is in bounds
+            for block in blocks:
+                if block.startswith("data: ") and "\n" not in block:
+                    value = block[6:]
+                    etype = event_type
+                elif block.startswith("data:") and "\n" not in block:
+                    value = block[5:]
+                    etype = event_type
+                elif (
+                    block.startswith("event:")
+                    and (nl := block.find("\n")) > 0
+                    and block.startswith("data:", nl + 1)
+                    and block.find("\n", nl + 1) < 0
+                ):
+                    etype = block[7:nl] if block.startswith(" ", 6) else block[6:nl]
+                    nl += 6
+                    value = block[nl + 1 :] if block.startswith(" ", nl) else block[nl:]
+                else:  # any other block: line by line, then its blank line
+                    self._data = data
+                    self._event_type = event_type
+                    self._id_buffer = id_buffer
+                    self._last_id = last_id
+                    lines = block.split("\n")
+                    lines.append("")
+                    self._lines(lines, events)
+                    data = self._data
+                    event_type = self._event_type
+                    id_buffer = self._id_buffer
+                    last_id = self._last_id
+                    retry = self._retry
+                    continue
+                # the blank line after the block: dispatch
+                last_id = id_buffer
+                if data:  # data lines from an earlier chunk
+                    data.append(value)
+                    value = "\n".join(data)
+                    data = []
+                    self._data_counted = self._data_size = 0
+                if len(value) > quarter:
+                    self._check_event_size(value)
+                event = new(cls)  # what ServerSentEvent(...) does, faster
+                set_event(event, etype or "message")
+                set_data(event, value)
+                set_id(event, last_id)
+                set_retry(event, retry)
+                append_event(event)
+                event_type = ""
+            self._data = data
+            self._event_type = event_type
+            self._id_buffer = id_buffer
+            self._last_id = last_id
+
+        cut = last.rfind("\n")
+        if cut >= 0:  # complete lines of an event still open
+            self._lines(last[:cut].split("\n"), events)
+            last = last[cut + 1 :]
+        if last:  # the unfinished line (self._pieces is empty here)
+            size = len(last) if last.isascii() else _utf8_len(last)
+            if size > self._max_line:
+                self._line_too_long()
+            self._pieces = [last]
+            self._tail_bytes = size
+        if self._data:
+            self._check_pending_data()
+        return events
+
+    def _lines(self, lines: list[str], events: list[ServerSentEvent]) -> None:
+        """Interpret complete lines one by one, appending dispatched events."""
+        data = self._data
+        event_type = self._event_type
+        id_buffer = self._id_buffer
+        last_id = self._last_id
+        retry = self._retry
+        for line in lines:
+            if not line:  # blank line: dispatch
+                last_id = id_buffer
+                if data:
+                    value = "\n".join(data)
+                    self._check_event_size(value)
+                    events.append(_make_event(event_type or "message", value, last_id, retry))
+                    data = []
+                    self._data_counted = self._data_size = 0
+                event_type = ""
+                continue
+            colon = line.find(":")
+            if colon == 0:  # comment
+                continue
+            if colon > 0:
+                name = line[:colon]
+                colon += 1
+                value = line[colon + 1 :] if line.startswith(" ", colon) else line[colon:]
+            else:
+                name = line
+                value = ""
+            if name == "data":
+                data.append(value)
+            elif name == "event":
+                event_type = value
+            elif name == "id":
+                if "\x00" not in value:
+                    id_buffer = value
+            elif name == "retry":
+                parsed = _parse_retry(value)
+                if parsed is not None:
+                    retry = parsed
+            # any other field is ignored
+        self._data = data
+        self._event_type = event_type
+        self._id_buffer = id_buffer
+        self._last_id = last_id
+        self._retry = retry
+
+    def _add_piece(self, piece: str) -> None:
+        """Append to the unfinished line, refusing to grow it past the limit."""
+        size = self._tail_bytes + _utf8_len(piece)
+        if size > self._max_line:
+            self._line_too_long()
+        self._pieces.append(piece)
+        self._tail_bytes = size
+
+    def _check_line_lengths(self, text: str) -> None:
+        """Exact check of the lines that ``text`` completes (rarely needed)."""
+        lines = text.split("\n")
+        lines.pop()  # unfinished: _add_piece() checks it
+        longest = max(self._tail_bytes + _utf8_len(lines[0]), *map(_utf8_len, lines))
+        if longest > self._max_line:
+            self._line_too_long()
+
+    def _line_too_long(self) -> None:
+        raise LimitExceeded(
+            f"SSE line longer than max_line_bytes={self._max_line} bytes"
+            " (is the response really an event stream?)",
+            limit=self._max_line,
+        )
+
+    def _check_event_size(self, value: str) -> None:
+        if len(value) > self._max_event >> 2 and _utf8_len(value) > self._max_event:
+            self._event_too_big()
+
+    def _check_pending_data(self) -> None:
+        """Count the data lines added since the last check (linear overall)."""
+        data = self._data
+        new = data[self._data_counted :]
+        size = self._data_size + sum(map(_utf8_len, new)) + len(new)
+        self._data_counted = len(data)
+        self._data_size = size
+        if size - 1 > self._max_event:
+            self._event_too_big()
+
+    def _event_too_big(self) -> None:
+        raise LimitExceeded(
+            f"SSE event data longer than max_event_bytes={self._max_event} bytes",
+            limit=self._max_event,
+        )
+
+    def _fail(self, err: LimitExceeded) -> None:
+        self._reset()  # free the buffers
+        self._error = err
+
+
+def _parse_retry(value: str) -> int | None:
+    """Return the reconnection time a ``retry`` field sets, or ``None`` to ignore it.
+
+    Only ASCII digits count (no sign, space, ``_`` or other scripts' digits).
+    """
+    if not (value.isascii() and value.isdigit()):
+        return None
+    value = value.lstrip("0") or "0"
+    if len(value) > _MAX_RETRY_DIGITS:  # absurdly long: ignore rather than crash
+        return None
+    return int(value)
+
+
+_HTTP_WHITESPACE: Final = " \t\r\n"
+
+
+def check_content_type(content_type: str | None) -> None:
+    """Check that a response's ``Content-Type`` announces an event stream.
+
+    The MIME type essence must be ``text/event-stream`` (any case, surrounding
+    whitespace allowed); parameters such as ``charset`` are accepted and
+    ignored (the body is UTF-8 regardless).
+
+    Args:
+        content_type: The header value, or ``None`` when it is missing.
+
+    Raises:
+        ContentTypeError: For a missing header or any other type.
+
+    Example:
+        >>> check_content_type("Text/Event-Stream; charset=utf-8")
+        >>> check_content_type("text/html")
+        Traceback (most recent call last):
+        ...
+        rafrx.errors.ContentTypeError: expected Content-Type text/event-stream, got 'text/html'
+    """
+    if content_type is not None:
+        essence = content_type.partition(";")[0].strip(_HTTP_WHITESPACE).lower()
+        if essence == "text/event-stream":
+            return
+    raise ContentTypeError(f"expected Content-Type text/event-stream, got {content_type!r}")
+
+
+def iter_events(
+    chunks: Iterable[bytes], *, decoder: SSEDecoder | None = None
+) -> Iterator[ServerSentEvent]:
+    """Decode a body given as an iterable of byte chunks.
+
+    Args:
+        chunks: The body, split anywhere.
+        decoder: The decoder to use (e.g. to read :attr:`~SSEDecoder.last_event_id`
+            afterwards, or to set limits); a new one by default.
+
+    Yields:
+        Each event as soon as its blank line has arrived.
+
+    Example:
+        >>> [e.data for e in iter_events([b"data: 1\\n", b"\\ndata: 2\\n\\n"])]
+        ['1', '2']
+    """
+    if decoder is None:
+        decoder = SSEDecoder()
+    feed = decoder.feed
+    for chunk in chunks:
+        yield from feed(chunk)
+    yield from decoder.close()
+
+
+async def aiter_events(
+    chunks: AsyncIterable[bytes], *, decoder: SSEDecoder | None = None
+) -> AsyncIterator[ServerSentEvent]:
+    """Decode a body given as an async iterable of byte chunks.
+
+    Args:
+        chunks: The body, split anywhere (e.g. ``response.content.iter_any()``).
+        decoder: The decoder to use; a new one by default.
+
+    Yields:
+        Each event as soon as its blank line has arrived.
+    """
+    if decoder is None:
+        decoder = SSEDecoder()
+    feed = decoder.feed
+    async for chunk in chunks:
+        for event in feed(chunk):
+            yield event
+    for event in decoder.close():
+        yield event

@@ -1,0 +1,596 @@
+"""Tests for rafrx.sse: WHATWG conformance vectors, chunking invariance, limits."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import doctest
+import functools
+import itertools
+import json
+import random
+import tracemalloc
+from collections.abc import AsyncIterator, Iterable
+from pathlib import Path
+from typing import Any
+
+import attrs
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import rafrx.sse
+from rafrx.errors import ContentTypeError, LimitExceeded, ProtocolError
+from rafrx.sse import (
+    DEFAULT_MAX_EVENT_BYTES,
+    DEFAULT_MAX_LINE_BYTES,
+    ServerSentEvent,
+    SSEDecoder,
+    aiter_events,
+    check_content_type,
+    iter_events,
+)
+
+DATA = Path(__file__).parent / "data"
+CONFORMANCE = json.loads((DATA / "conformance" / "sse-wpt.json").read_text("utf-8"))
+CASES: list[dict[str, Any]] = CONFORMANCE["cases"]
+CHUNKED_CASES = [case for case in CASES if "chunks_base64" in case]
+CONTENT_TYPE_CASES: list[dict[str, Any]] = CONFORMANCE["content_type_cases"]
+FIXTURES = DATA / "fixtures"
+MANIFEST: list[dict[str, Any]] = json.loads((FIXTURES / "MANIFEST.json").read_text("utf-8"))
+SSE_ONLY = [entry for entry in MANIFEST if entry["format"] == "sse-only"]
+SSE_FILES = sorted(FIXTURES.rglob("*.sse"))
+
+MiB = 1024 * 1024
+
+# No example database: the tests must not write into the working tree.
+FEW = settings(max_examples=4, deadline=None, database=None)
+MANY = settings(
+    max_examples=300,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+
+Outcome = tuple[list[dict[str, str]], int | None, str]
+
+
+def decode(chunks: Iterable[bytes], decoder: SSEDecoder | None = None) -> Outcome:
+    """Events (in the vectors' shape), reconnection time and final last event ID."""
+    decoder = decoder or SSEDecoder()
+    events = []
+    for chunk in chunks:
+        events += decoder.feed(chunk)
+    events += decoder.close()
+    return (
+        [{"type": e.event, "data": e.data, "last_event_id": e.id} for e in events],
+        decoder.retry,
+        decoder.last_event_id,
+    )
+
+
+def body_of(case: dict[str, Any]) -> bytes:
+    return base64.b64decode(case["input_base64"])
+
+
+def expected(case: dict[str, Any]) -> Outcome:
+    return (
+        case["expected_events"],
+        case["expected_reconnection_time_ms"],
+        case["expected_final_last_event_id"],
+    )
+
+
+def cut(body: bytes, offsets: Iterable[int]) -> list[bytes]:
+    """Split ``body`` at the given offsets (any order, duplicates allowed)."""
+    bounds = [0, *sorted(set(offsets)), len(body)]
+    return [body[a:b] for a, b in itertools.pairwise(bounds)]
+
+
+def one_byte_chunks(body: bytes) -> list[bytes]:
+    return [body[i : i + 1] for i in range(len(body))]
+
+
+def case_id(case: dict[str, Any]) -> str:
+    return str(case["id"])
+
+
+# ------------------------------------------------------------ conformance vectors
+
+
+def test_vectors_loaded() -> None:
+    assert len(CASES) == 80
+    assert len(CHUNKED_CASES) >= 4
+    assert len(CONTENT_TYPE_CASES) == 4
+
+
+@pytest.mark.parametrize("case", CASES, ids=case_id)
+def test_vector_whole_body(case: dict[str, Any]) -> None:
+    assert decode([body_of(case)]) == expected(case)
+
+
+@pytest.mark.parametrize("case", CASES, ids=case_id)
+def test_vector_one_byte_at_a_time(case: dict[str, Any]) -> None:
+    assert decode(one_byte_chunks(body_of(case))) == expected(case)
+
+
+@pytest.mark.parametrize("case", CASES, ids=case_id)
+def test_vector_every_two_way_split(case: dict[str, Any]) -> None:
+    body = body_of(case)
+    want = expected(case)
+    for i in range(len(body) + 1):
+        assert decode([body[:i], body[i:]]) == want, f"split at {i}"
+
+
+@pytest.mark.parametrize("case", CHUNKED_CASES, ids=case_id)
+def test_vector_given_chunking(case: dict[str, Any]) -> None:
+    chunks = [base64.b64decode(c) for c in case["chunks_base64"]]
+    assert b"".join(chunks) == body_of(case)
+    assert decode(chunks) == expected(case)
+
+
+@pytest.mark.parametrize("case", CASES, ids=case_id)
+def test_vector_seeded_random_splits(case: dict[str, Any]) -> None:
+    """A few hundred random chunkings per vector, cheaply (no hypothesis)."""
+    body = body_of(case)
+    want = expected(case)
+    rng = random.Random(case["id"])
+    for _ in range(120):
+        offsets = [rng.randint(0, len(body)) for _ in range(rng.randint(1, 12))]
+        assert decode(cut(body, offsets)) == want, offsets
+
+
+@MANY
+@given(case=st.sampled_from(CASES), data=st.data())
+def test_vector_arbitrary_splits(case: dict[str, Any], data: st.DataObject) -> None:
+    """Hypothesis picks the vector and the cut offsets (shrinks to a minimal split)."""
+    body = body_of(case)
+    offsets = data.draw(st.lists(st.integers(0, len(body)), max_size=24), label="offsets")
+    assert decode(cut(body, offsets)) == expected(case)
+
+
+# ------------------------------------------------------------ Content-Type
+
+
+@pytest.mark.parametrize("case", CONTENT_TYPE_CASES, ids=case_id)
+def test_content_type_vectors(case: dict[str, Any]) -> None:
+    if case["expect"] == "accept":
+        check_content_type(case["content_type"])
+    else:
+        assert case["expect"] == "fail-connection"
+        with pytest.raises(ContentTypeError):
+            check_content_type(case["content_type"])
+
+
+@pytest.mark.parametrize(
+    "content_type",
+    [
+        "text/event-stream",
+        "TEXT/Event-Stream",
+        "  text/event-stream  ",
+        "\ttext/event-stream\t; charset=utf-8",
+        "text/event-stream ;charset=UTF-8",
+        "text/event-stream; charset=windows-1252; foo=bar",
+    ],
+)
+def test_content_type_accepted(content_type: str) -> None:
+    check_content_type(content_type)
+
+
+@pytest.mark.parametrize(
+    "content_type",
+    [
+        None,
+        "",
+        "text/html; charset=utf-8",
+        "application/json",
+        "text/event-streams",
+        "text/event stream",
+        "text/plain; x=text/event-stream",
+        "event-stream",
+    ],
+)
+def test_content_type_rejected(content_type: str | None) -> None:
+    with pytest.raises(ContentTypeError) as info:
+        check_content_type(content_type)
+    assert isinstance(info.value, ProtocolError)
+    assert repr(content_type) in str(info.value)
+
+
+# ------------------------------------------------------------ recorded fixtures
+
+
+@pytest.mark.parametrize("entry", SSE_ONLY, ids=lambda e: str(e["path"]))
+def test_sse_only_fixture(entry: dict[str, Any]) -> None:
+    body = (FIXTURES / entry["path"]).read_bytes()
+    want = [
+        (e["event"] or "message", e["data"], e["id"] or "") for e in entry["expected"]["events"]
+    ]
+    for chunks in ([body], one_byte_chunks(body)):
+        assert [(e.event, e.data, e.id) for e in iter_events(chunks)] == want
+
+
+def test_every_fixture_file_is_listed() -> None:
+    assert len(SSE_FILES) == len(MANIFEST) == 63
+    assert len(SSE_ONLY) == 2
+
+
+@functools.cache
+def fixture_whole(path: Path) -> tuple[bytes, Outcome]:
+    body = path.read_bytes()
+    return body, decode([body])
+
+
+@pytest.mark.parametrize("path", SSE_FILES, ids=lambda p: str(p.relative_to(FIXTURES)))
+@FEW
+@given(data=st.data())
+def test_fixture_chunking_invariance(path: Path, data: st.DataObject) -> None:
+    body, whole = fixture_whole(path)
+    assert whole[0], "every recorded stream has events"
+    offsets = data.draw(st.lists(st.integers(0, len(body)), max_size=64), label="offsets")
+    assert decode(cut(body, offsets)) == whole
+
+
+@pytest.mark.parametrize("path", SSE_FILES, ids=lambda p: str(p.relative_to(FIXTURES)))
+def test_fixture_one_byte_chunks(path: Path) -> None:
+    body, whole = fixture_whole(path)
+    assert decode(one_byte_chunks(body)) == whole
+
+
+# ------------------------------------------------------------ limits
+
+
+def test_default_limits() -> None:
+    limits = DEFAULT_MAX_LINE_BYTES, DEFAULT_MAX_EVENT_BYTES
+    assert limits == (16 * MiB, 64 * MiB)
+    decoder = SSEDecoder()
+    assert decoder.feed(b"data: " + b"x" * (2 * MiB) + b"\n\n")[0].data == "x" * (2 * MiB)
+
+
+@pytest.mark.parametrize("kwargs", [{"max_line_bytes": 0}, {"max_event_bytes": -1}])
+def test_limits_must_be_positive(kwargs: dict[str, int]) -> None:
+    with pytest.raises(ValueError, match="positive"):
+        SSEDecoder(**kwargs)
+
+
+def _feed_until_error(decoder: SSEDecoder, chunks: Iterable[bytes], limit: int) -> tuple[int, int]:
+    """Feed until LimitExceeded; return (bytes fed, traced peak memory)."""
+    fed = 0
+
+    def feed_all() -> None:
+        nonlocal fed
+        for chunk in chunks:
+            fed += len(chunk)
+            decoder.feed(chunk)
+
+    tracemalloc.start()
+    try:
+        with pytest.raises(LimitExceeded) as info:
+            feed_all()
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert info.value.limit == limit
+    return fed, peak
+
+
+def test_huge_line_raises_before_buffering_past_the_limit() -> None:
+    decoder = SSEDecoder(max_line_bytes=1 * MiB)
+    piece = b"x" * (64 * 1024)
+    chunks = [b"data: ", *([piece] * 32)]  # 2 MiB, no line end
+    with pytest.raises(LimitExceeded) as info:
+        decoder.feed(b"x" * (2 * MiB))
+    assert info.value.limit == 1 * MiB
+    assert "max_line_bytes=1048576" in str(info.value)
+    decoder.close()
+    fed, peak = _feed_until_error(decoder, chunks, 1 * MiB)
+    assert fed <= 1 * MiB + len(piece)  # raised at the first chunk past the limit
+    assert peak < 1.5 * MiB, peak  # about the limit, not the 2 MiB sent
+
+
+def test_huge_line_inside_one_chunk_raises() -> None:
+    decoder = SSEDecoder(max_line_bytes=1 * MiB)
+    with pytest.raises(LimitExceeded):
+        decoder.feed(b"data: ok\n\ndata: " + b"x" * (2 * MiB) + b"\n\n")
+
+
+def test_long_comment_line_counts_too() -> None:
+    decoder = SSEDecoder(max_line_bytes=100)
+    with pytest.raises(LimitExceeded):
+        decoder.feed(b":" + b"x" * 200 + b"\n")
+
+
+def test_event_with_many_data_lines_raises_early() -> None:
+    decoder = SSEDecoder(max_event_bytes=1 * MiB)
+    line = b"data: " + b"y" * 1000 + b"\n"
+    block = line * 64  # ~64 KiB per chunk, no blank line ever
+    fed, peak = _feed_until_error(decoder, [block] * 40, 1 * MiB)
+    assert fed <= 1 * MiB + 2 * len(block)
+    assert peak < 2 * MiB, peak
+
+
+def test_event_data_too_big_in_one_chunk_raises() -> None:
+    decoder = SSEDecoder(max_event_bytes=1000)
+    with pytest.raises(LimitExceeded) as info:
+        decoder.feed(b"data: " + b"z" * 600 + b"\ndata: " + b"z" * 600 + b"\n\n")
+    assert info.value.limit == 1000
+    assert "max_event_bytes=1000" in str(info.value)
+
+
+@pytest.mark.parametrize("split", [None, 1, 3, 7])
+def test_line_limit_boundary_counts_utf8_bytes(split: int | None) -> None:
+    # "data: é" is 8 bytes; limit 8 accepts it, 7 does not.
+    body = "data: é\n\n".encode()
+    chunks = [body] if split is None else [body[i : i + split] for i in range(0, len(body), split)]
+    assert decode(chunks, SSEDecoder(max_line_bytes=8))[0] == [
+        {"type": "message", "data": "é", "last_event_id": ""}
+    ]
+    with pytest.raises(LimitExceeded):
+        decode(chunks, SSEDecoder(max_line_bytes=7))
+
+
+@pytest.mark.parametrize("split", [None, 1, 5])
+def test_event_limit_boundary(split: int | None) -> None:
+    body = b"data: abc\ndata: \xc3\xa9f\n\n"  # data "abc\néf" = 7 UTF-8 bytes
+    chunks = [body] if split is None else [body[i : i + split] for i in range(0, len(body), split)]
+    assert decode(chunks, SSEDecoder(max_event_bytes=7))[0][0]["data"] == "abc\néf"
+    with pytest.raises(LimitExceeded):
+        decode(chunks, SSEDecoder(max_event_bytes=6))
+
+
+def test_event_limit_on_a_single_line_event() -> None:
+    with pytest.raises(LimitExceeded):
+        SSEDecoder(max_event_bytes=4).feed(b"data: 12345\n\n")
+    with pytest.raises(LimitExceeded):
+        SSEDecoder(max_event_bytes=4).feed(b"event: x\ndata: 12345\n\n")
+    assert SSEDecoder(max_event_bytes=5).feed(b"data: 12345\n\n")[0].data == "12345"
+
+
+def test_pending_data_count_restarts_after_each_event() -> None:
+    decoder = SSEDecoder(max_event_bytes=10)
+    assert decoder.feed(b"data: 12345\n") == []
+    # the pending "12345" is dispatched by the first block; a comment-only block
+    # follows; then a new event starts
+    events = decoder.feed(b"data: x\n\n:c\n\ndata: 1234567\n")
+    assert [e.data for e in events] == ["12345\nx"]
+    with pytest.raises(LimitExceeded):  # "1234567\n1234" is 12 bytes, still pending
+        decoder.feed(b"data: 1234\n")
+
+
+def test_after_limit_error_decoder_refuses_until_close() -> None:
+    decoder = SSEDecoder(max_line_bytes=10)
+    with pytest.raises(LimitExceeded) as first:
+        decoder.feed(b"data: 0123456789\n")
+    with pytest.raises(LimitExceeded) as again:
+        decoder.feed(b"data: ok\n\n")
+    assert again.value is first.value
+    assert decoder.close() == []
+    assert [e.data for e in decoder.feed(b"data: ok\n\n")] == ["ok"]
+
+
+def test_one_mib_data_line_in_small_chunks() -> None:
+    payload = json.dumps({"text": "a" * MiB}).encode()
+    body = b"data: " + payload + b"\r\n\r\n"
+    for size in (997, 4096, 65536):
+        chunks = [body[i : i + size] for i in range(0, len(body), size)]
+        (event,) = list(iter_events(chunks))
+        assert event.data.encode() == payload
+
+
+# ------------------------------------------------------------ UTF-8, BOM, line ends
+
+
+def test_invalid_utf8_becomes_replacement_and_decoding_goes_on() -> None:
+    body = b"data: a\xffb\n\ndata: \xe2\x82\n\ndata: \xc3\n\ndata: ok \xf0\x9f\x98\x80\n\n"
+    want = ["a\ufffdb", "\ufffd", "\ufffd", "ok \U0001f600"]
+    assert [e.data for e in iter_events([body])] == want
+    assert [e.data for e in iter_events(one_byte_chunks(body))] == want
+
+
+def test_multibyte_character_split_across_chunks() -> None:
+    text = "data: é日本😀\n\n".encode()
+    for i in range(len(text) + 1):
+        assert [e.data for e in iter_events([text[:i], text[i:]])] == ["é日本😀"]
+    assert [e.data for e in iter_events(one_byte_chunks(text))] == ["é日本😀"]
+
+
+def test_bom_only_at_stream_start() -> None:
+    bom = b"\xef\xbb\xbf"
+    decoder = SSEDecoder()
+    assert decoder.feed(bom[:1]) == []
+    assert decoder.feed(bom[1:2]) == []
+    assert decoder.feed(bom[2:] + b"data: 1\n\n")[0].data == "1"
+    # a BOM later in the stream is part of a field name: unknown field, ignored
+    assert decoder.feed(bom + b"data: 2\n\ndata: 3\n\n") == [ServerSentEvent(data="3")]
+    # inside a value it is data
+    assert decoder.feed(b"data:" + bom + b"x\n\n")[0].data == "\ufeffx"
+
+
+def test_bom_stripped_again_after_close() -> None:
+    decoder = SSEDecoder()
+    assert [e.data for e in decoder.feed(b"\xef\xbb\xbfdata: 1\n\n")] == ["1"]
+    decoder.close()
+    assert [e.data for e in decoder.feed(b"\xef\xbb\xbfdata: 2\n\n")] == ["2"]
+
+
+def test_partial_bom_then_other_bytes() -> None:
+    assert [e.data for e in iter_events([b"\xef\xbb", b"data: x\n\n"])] == []
+    assert decode([b"\xef\xbb", b"\ndata: x\n\n"])[0] == [
+        {"type": "message", "data": "x", "last_event_id": ""}
+    ]
+
+
+@pytest.mark.parametrize(
+    "chunks",
+    [
+        [b"data: a\r", b"\n", b"data: b\r", b"\n\r", b"\n"],
+        [b"data: a\r", b"", b"\ndata: b\r\n\r", b"\n"],
+        [b"data: a\r\ndata: b\r\n\r", b"\n"],
+        [b"data: a\r", b"\ndata: b\r", b"\n\r\n"],
+    ],
+)
+def test_crlf_split_across_chunks_is_one_line_end(chunks: list[bytes]) -> None:
+    assert decode(chunks)[0] == [{"type": "message", "data": "a\nb", "last_event_id": ""}]
+
+
+def test_cr_dispatches_without_waiting_for_the_next_chunk() -> None:
+    decoder = SSEDecoder()
+    assert [e.data for e in decoder.feed(b"data: x\r\r")] == ["x"]
+    assert decoder.feed(b"\n") == []  # the LF of a CRLF: no extra blank line
+    assert [e.data for e in decoder.feed(b"data: y\r\n\r\n")] == ["y"]
+
+
+def test_cr_then_split_multibyte_character() -> None:
+    decoder = SSEDecoder()
+    assert decoder.feed(b"data: a\r") == []
+    assert decoder.feed(b"\xc3") == []  # nothing decoded yet: still might be a CRLF
+    assert decoder.feed(b"\xa9\n") == []  # "é" is a line of its own (an unknown field)
+    assert [e.data for e in decoder.feed(b"data: b\n\n")] == ["a\nb"]
+
+
+def test_unicode_line_breaks_are_not_line_ends() -> None:
+    body = "data: a\u2028b\x85c\x0bd\x0ce\x1cf\n\n".encode()
+    assert [e.data for e in iter_events([body])] == ["a\u2028b\x85c\x0bd\x0ce\x1cf"]
+
+
+# ------------------------------------------------------------ fields and dispatch
+
+
+def test_event_fields_and_state() -> None:
+    decoder = SSEDecoder()
+    events = decoder.feed(
+        b'retry: 1500\nid: 7\nevent: tick\ndata: {"n": 1}\n\ndata: second\n\nid: 8\ndata: pending\n'
+    )
+    assert events == [
+        ServerSentEvent(event="tick", data='{"n": 1}', id="7", retry=1500),
+        ServerSentEvent(event="message", data="second", id="7", retry=1500),
+    ]
+    assert events[0].json() == {"n": 1}
+    assert decoder.retry == 1500
+    assert decoder.last_event_id == "7"  # "8" is not committed yet
+    assert decoder.close() == []  # the pending event is discarded
+    assert decoder.last_event_id == "7"
+    # a reconnection: the committed id and reconnection time carry over
+    assert decoder.feed(b"data: again\n\n") == [ServerSentEvent(data="again", id="7", retry=1500)]
+
+
+def test_retry_values() -> None:
+    def retry_of(value: bytes) -> int | None:
+        decoder = SSEDecoder()
+        decoder.feed(b"retry:" + value + b"\n\n")
+        return decoder.retry
+
+    assert retry_of(b"0") == 0
+    assert retry_of(b" 007") == 7
+    assert retry_of(b"0" * 5000 + b"250") == 250
+    for bad in (b"", b" ", b"-1", b"+1", b"1e3", b"1_000", b" 1 ", "٣".encode(), b"9" * 5000):
+        assert retry_of(bad) is None, bad
+
+
+def test_id_with_nul_is_ignored_and_field_without_colon() -> None:
+    body = b"id: 1\ndata: a\n\nid: 2\x00\ndata: b\n\nid\ndata\n\n"
+    assert decode([body]) == (
+        [
+            {"type": "message", "data": "a", "last_event_id": "1"},
+            {"type": "message", "data": "b", "last_event_id": "1"},
+            {"type": "message", "data": "", "last_event_id": ""},
+        ],
+        None,
+        "",
+    )
+
+
+def test_event_data_pending_across_chunks_with_fast_shapes() -> None:
+    # data lines before the chunk boundary join the one-line block after it
+    chunks = [b"event: e\ndata: 1\n", b"data: 2\n\nevent: f\ndata: 3\n\n"]
+    assert [(e.event, e.data) for e in iter_events(chunks)] == [("e", "1\n2"), ("f", "3")]
+    chunks = [b"data: 1\n", b"event: g\ndata: 2\n\n"]
+    assert [(e.event, e.data) for e in iter_events(chunks)] == [("g", "1\n2")]
+
+
+def test_event_type_reset_and_empty_event_name() -> None:
+    body = b"event: a\n\ndata: 1\n\nevent:\ndata: 2\n\nevent: b\ndata:3\n\n"
+    assert [(e.event, e.data) for e in iter_events([body])] == [
+        ("message", "1"),
+        ("message", "2"),
+        ("b", "3"),
+    ]
+
+
+# ------------------------------------------------------------ ServerSentEvent
+
+
+def test_server_sent_event_value_class() -> None:
+    event = ServerSentEvent()
+    assert (event.event, event.data, event.id, event.retry) == ("message", "", "", None)
+    assert not hasattr(event, "__dict__")
+    with pytest.raises(attrs.exceptions.FrozenInstanceError):
+        event.data = "x"  # type: ignore[misc]
+    assert ServerSentEvent(data="[1, 2]").json() == [1, 2]
+    with pytest.raises(json.JSONDecodeError):
+        ServerSentEvent(data="{unparsable}").json()
+
+
+def test_decoded_events_equal_constructed_ones() -> None:
+    """The decoder's fast construction gives the same objects as __init__."""
+    body = b"retry: 5\nid: i\nevent: e\ndata: d\n\ndata: x\n\nevent: y\ndata: z\n\n"
+    decoded = list(iter_events([body]))
+    built = [
+        ServerSentEvent("e", "d", "i", 5),
+        ServerSentEvent("message", "x", "i", 5),
+        ServerSentEvent("y", "z", "i", 5),
+    ]
+    assert decoded == built
+    assert [hash(e) for e in decoded] == [hash(e) for e in built]
+    assert [repr(e) for e in decoded] == [repr(e) for e in built]
+    assert attrs.asdict(decoded[0]) == {"event": "e", "data": "d", "id": "i", "retry": 5}
+    assert attrs.evolve(decoded[0], data="q").data == "q"
+
+
+# ------------------------------------------------------------ helpers
+
+
+def test_iter_events_is_lazy_and_uses_given_decoder() -> None:
+    decoder = SSEDecoder()
+    seen: list[bytes] = []
+
+    def chunks() -> Iterable[bytes]:
+        for chunk in (b"id: 1\ndata: a\n\n", b"data: b\n", b"\n", b"id: 2\n"):
+            seen.append(chunk)
+            yield chunk
+
+    events = iter_events(chunks(), decoder=decoder)
+    assert next(events).data == "a"
+    assert len(seen) == 1
+    assert [e.data for e in events] == ["b"]
+    assert decoder.last_event_id == "1"
+
+
+def test_aiter_events() -> None:
+    async def chunks() -> AsyncIterator[bytes]:
+        for chunk in (b"event: x\r\ndata: 1\r", b"\n\r\ndata: 2\n", b"\n"):
+            await asyncio.sleep(0)
+            yield chunk
+
+    async def collect() -> list[ServerSentEvent]:
+        return [event async for event in aiter_events(chunks())]
+
+    assert asyncio.run(collect()) == [ServerSentEvent("x", "1"), ServerSentEvent("message", "2")]
+
+
+def test_module_doctests() -> None:
+    result = doctest.testmod(rafrx.sse, optionflags=doctest.ELLIPSIS)
+    assert result.attempted >= 5
+    assert result.failed == 0
+
+
+def test_public_names() -> None:
+    assert set(rafrx.sse.__all__) == {
+        "DEFAULT_MAX_EVENT_BYTES",
+        "DEFAULT_MAX_LINE_BYTES",
+        "SSEDecoder",
+        "ServerSentEvent",
+        "aiter_events",
+        "check_content_type",
+        "iter_events",
+    }
