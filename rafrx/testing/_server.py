@@ -10,7 +10,7 @@ import threading
 from collections import deque
 from collections.abc import Awaitable, Callable
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
 
 from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
@@ -29,6 +29,8 @@ _log = logging.getLogger("rafrx.testing")
 
 Script: TypeAlias = Callable[[RecordedRequest], "ServerResponse | Awaitable[ServerResponse]"]
 """A function choosing the answer to a request (sync or async)."""
+
+_S = TypeVar("_S", bound="Script | None")
 
 #: Seconds :meth:`LLMServer.close` gives running handlers before cancelling them.
 _SHUTDOWN_TIMEOUT = 0.5
@@ -190,7 +192,7 @@ class LLMServer:
         """How many queued answers are still unused."""
         return len(self._queue)
 
-    def script(self, fn: Script | None) -> Script | None:
+    def script(self, fn: _S) -> _S:
         """Answer requests with ``fn(request)`` when the queue is empty.
 
         ``fn`` gets the :class:`~rafrx.testing.RecordedRequest` (messages,
