@@ -309,7 +309,7 @@ class LiveState:
                 else:
                     if isinstance(arguments, dict):
                         card.arguments = dict(arguments)
-                    card.status = "calling"
+                    card.status = "ready"
             case c.ToolCalledContent(call_id, result, error):
                 card = self._card(call_id)
                 card.result, card.error = result, error
@@ -674,9 +674,6 @@ class LiveView:
     def _finish(self, response: AgentResponse | None, error: Exception | None) -> None:
         self._done = True
         self._response, self._error = response, error
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
         self._render(final=True)
         for waiter in self._waiters:
             if not waiter.done():
@@ -689,6 +686,9 @@ class LiveView:
         return LiveSnapshot(live_html(self.state), live_text(self.state), final)
 
     def _render(self, final: bool = False) -> None:
+        if self._timer is not None:  # this render shows what the timer would have
+            self._timer.cancel()
+            self._timer = None
         self._last_render = time.monotonic()
         self.renders += 1
         self._handle.update(self._snapshot(final))
@@ -793,7 +793,7 @@ class Timeline:
     ``lanes`` are the lane labels, top to bottom; ``svg`` the picture.
     """
 
-    svg: str
+    svg: str = attrs.field(repr=False)
     lanes: tuple[str, ...] = attrs.field(converter=_str_tuple)
     duration: float = 0.0
 
@@ -880,6 +880,37 @@ def _short(text: str, limit: int = 28) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+def _legend_items(kinds: list[str]) -> list[tuple[str, str, float]]:
+    """(label, colour, width) per distinct kind, in order of appearance."""
+    items = []
+    for kind in dict.fromkeys(kinds):
+        name = kind.removesuffix("Content").removesuffix("Event")
+        items.append((name, _MARKS.get(kind, ("#444444", 4.0))[0], 14 + 5.5 * len(name)))
+    return items
+
+
+def _legend_rows(kinds: list[str], width: int) -> int:
+    rows, x = 1, 0.0
+    for _, _, w in _legend_items(kinds):
+        if x and x + w > width:
+            rows, x = rows + 1, 0.0
+        x += w
+    return rows
+
+
+def _legend(kinds: list[str], y: float, right: float) -> list[str]:
+    svg, x = [], float(_LABEL_W)
+    for name, color, w in _legend_items(kinds):
+        if x > _LABEL_W and x + w > right:
+            x, y = float(_LABEL_W), y + 14
+        svg.append(
+            f'<circle cx="{x + 4}" cy="{y}" r="4" fill="{color}"/>'
+            f'<text x="{x + 11}" y="{y + 4}" font-size="9">{escape(name)}</text>'
+        )
+        x += w
+    return svg
+
+
 def timeline(recording: Any, *, width: int = 640, title: str | None = None) -> Timeline:
     """A marble diagram of a recorded stream: one lane per content kind and per call_id.
 
@@ -914,7 +945,8 @@ def timeline(recording: Any, *, width: int = 640, title: str | None = None) -> T
     last = max([m.t for m in marks] + [end or 0.0, 1e-3])
     duration = last * 1.02
     top = _TOP + (18 if title else 0)
-    height = top + _LANE_H * len(lanes) + 50
+    legend_rows = _legend_rows([m.kind for m in marks], width)
+    height = top + _LANE_H * len(lanes) + 36 + 14 * legend_rows
 
     def x(t: float) -> float:
         return round(_LABEL_W + t / duration * width, 2)
@@ -955,15 +987,6 @@ def timeline(recording: Any, *, width: int = 640, title: str | None = None) -> T
             f'stroke-width="2"><title>{"error" if failed else "completed"} at {end:.3f}s'
             "</title></line>"
         )
-    legend_x: float = _LABEL_W
-    kinds = list(dict.fromkeys(m.kind for m in marks))
-    for kind in kinds:
-        color, _ = _MARKS.get(kind, ("#444444", 4))
-        name = kind.removesuffix("Content").removesuffix("Event")
-        svg.append(
-            f'<circle cx="{legend_x + 4}" cy="{axis_y + 30}" r="4" fill="{color}"/>'
-            f'<text x="{legend_x + 11}" y="{axis_y + 34}" font-size="9">{escape(name)}</text>'
-        )
-        legend_x += 14 + 5.5 * len(name)
+    svg.extend(_legend([m.kind for m in marks], axis_y + 30, _LABEL_W + width))
     svg.append("</svg>")
     return Timeline("".join(svg), list(lanes.values()), last)

@@ -68,6 +68,8 @@ __all__ = [
     "redact",
     "redact_headers",
     "replay",
+    "sample",
+    "samples",
     "timing_path",
 ]
 
@@ -508,13 +510,9 @@ def _write_sse(
 ) -> None:
     body = _mask_bytes(b"".join(c for _, c in chunks), secrets)
     path.write_bytes(body)
-    timing = {
-        "version": FORMAT_VERSION,
-        "created": _now(),
-        **meta,
-        "chunks": [[round(t, 6), len(c)] for t, c in chunks],
-    }
-    text = json.dumps(timing, ensure_ascii=False, indent=1)
+    head = json.dumps({"version": FORMAT_VERSION, "created": _now(), **meta}, indent=1)
+    rows = ",\n".join(f"  [{round(t, 6)}, {len(c)}]" for t, c in chunks)
+    text = f'{head[:-2]},\n "chunks": [\n{rows}\n ]\n}}\n'  # one line per chunk
     timing_path(path).write_text(redact(text, secrets), encoding="utf-8")
 
 
@@ -630,6 +628,35 @@ def load_sse(path: str | os.PathLike[str]) -> SSERecording:
     if offset < len(body):
         chunks.append((chunks[-1][0] if chunks else 0.0, body[offset:]))
     return SSERecording(chunks, meta)
+
+
+def samples() -> list[str]:
+    """The names of the sample recordings shipped with rafrx (``rafrx/data``).
+
+    Example:
+        >>> samples()
+        ['demo-anthropic.sse', 'demo-openai-chat.sse', 'demo-openai-responses.sse']
+    """
+    return sorted(p.name for p in _DATA.glob("*.sse"))
+
+
+def sample(name: str) -> Path:
+    """The path of a sample recording shipped with rafrx, e.g. ``demo-openai-chat.sse``.
+
+    The samples are one scripted turn (reasoning, text, a ``get_weather`` and
+    a ``write_file`` call) recorded with timing from :class:`rafrx.testing.LLMServer`
+    in each wire format.
+
+    Raises:
+        FileNotFoundError: no sample has that name.
+    """
+    path = _DATA / name
+    if not path.is_file():
+        raise FileNotFoundError(f"no sample named {name!r}; there are {samples()}")
+    return path
+
+
+_DATA: Final = Path(__file__).resolve().parent / "data"
 
 
 # ----------------------------------------------------------------- replay

@@ -431,3 +431,27 @@ def test_replay_of_a_truncated_sse_fails_like_the_live_stream(tmp_path: Path) ->
 def test_guess_dialect_recognises_every_fixture(folder: str) -> None:
     for fixture in sorted((FIXTURES / folder).glob("*.sse")):
         assert guess_dialect(fixture.read_bytes()) == folder, fixture.name
+
+
+def test_the_bundled_samples_tell_the_same_turn_in_every_format() -> None:
+    from rafrx.recorder import sample, samples
+
+    assert samples() == ["demo-anthropic.sse", "demo-openai-chat.sse", "demo-openai-responses.sse"]
+    responses = []
+    for name in samples():
+        saved = load_sse(sample(name))
+        assert saved.dialect == name.removeprefix("demo-").removesuffix(".sse")
+        assert len(saved.chunks) > 10
+        assert 0.1 < saved.chunks[-1][0] < 5.0
+        responses.append(replay(sample(name), dialect="auto").pipe(convert(), aggregate()).run())
+    assert {r.text for r in responses} == {
+        "Let me check the weather in Paris and save a note for you."
+    }
+    assert {r.finish_reason for r in responses} == {FinishReason.TOOL_CALLS}
+    for response in responses:
+        calls = [
+            (c.name, c.arguments.get("city") or c.arguments["path"]) for c in response.tool_calls
+        ]
+        assert calls == [("get_weather", "Paris"), ("write_file", "paris.md")]
+    with pytest.raises(FileNotFoundError, match="no sample named"):
+        sample("nope.sse")

@@ -1,0 +1,256 @@
+"""Live rendering of a stream in a terminal, for the CLI.
+
+:class:`TerminalRenderer` prints result chunks as they arrive, append-only:
+text and reasoning stream in place, each tool call is a small card whose
+arguments appear as they are parsed, with a progress line (updated in place,
+at a bounded rate) while a long string argument streams; tool results,
+approvals, errors and a usage line follow. With ``color=False`` it writes
+plain text with no escape sequences and no carriage returns, fit for pipes
+and logs.
+
+Example:
+    >>> import io
+    >>> from rafrx.content import TextContent, ToolCallStartContent, ToolCallArgsParsedContent
+    >>> from rafrx.response import AgentResponseResult
+    >>> out = io.StringIO()
+    >>> renderer = TerminalRenderer(out, color=False)
+    >>> renderer.result(AgentResponseResult(contents=[TextContent("Checking.")]))
+    >>> renderer.result(AgentResponseResult(contents=[
+    ...     ToolCallStartContent("call_1", "get_weather"),
+    ...     ToolCallArgsParsedContent("call_1", "city", "Paris")]))
+    >>> print(out.getvalue())
+    Checking.
+    [tool] get_weather (call_1)
+      city = "Paris"
+    <BLANKLINE>
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Any, Final, TextIO
+
+import attrs
+
+from rafrx import content as c
+from rafrx.events import FinishEvent, ResponseStartedEvent, ToolApprovalRequestEvent
+from rafrx.response import AgentResponse, AgentResponseResult, Usage
+
+__all__ = ["TerminalRenderer", "supports_color"]
+
+_LONG_ARG_BYTES: Final = 80
+_PREVIEW: Final = 100
+
+
+@attrs.frozen
+class _Style:
+    tool: str
+    arg: str
+    ok: str
+    fail: str
+    ask: str
+    step: str
+    reasoning: str
+
+
+_PLAIN: Final = _Style("[tool]", "  ", "[ok]", "[failed]", "[approve?]", "--", "[thinking]")
+_FANCY: Final = _Style("🔧", "  ", "✓", "✗", "?", "──", "💭")
+
+_RESET, _DIM, _BOLD = "\x1b[0m", "\x1b[2m", "\x1b[1m"
+_RED, _GREEN, _YELLOW, _CYAN = "\x1b[31m", "\x1b[32m", "\x1b[33m", "\x1b[36m"
+_CLEAR_LINE = "\r\x1b[K"
+
+
+def supports_color(stream: TextIO) -> bool:
+    """Whether ``stream`` is a terminal that takes ANSI colours.
+
+    ``NO_COLOR`` (any value) and ``TERM=dumb`` turn colours off.
+
+    Example:
+        >>> import io
+        >>> supports_color(io.StringIO())
+        False
+    """
+    if os.environ.get("NO_COLOR") is not None or os.environ.get("TERM") == "dumb":
+        return False
+    isatty = getattr(stream, "isatty", None)
+    return bool(isatty and isatty())
+
+
+def _size(n: int) -> str:
+    if n < 1024:
+        return f"{n} B"
+    if n < 1024 * 1024:
+        return f"{n / 1024:.1f} KiB"
+    return f"{n / (1024 * 1024):.1f} MiB"
+
+
+def _short(value: Any, limit: int = _PREVIEW) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=repr)
+    text = text.replace("\n", "\\n")
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+class TerminalRenderer:
+    """Writes a stream of :class:`~rafrx.AgentResponseResult` chunks to a terminal.
+
+    Args:
+        stream: Where to write (``sys.stdout``).
+        color: ANSI colours, Unicode card borders and in-place progress;
+            ``None`` decides with :func:`supports_color`.
+        interval: The shortest time between two in-place progress updates.
+    """
+
+    def __init__(
+        self, stream: TextIO, *, color: bool | None = None, interval: float = 0.05
+    ) -> None:
+        self.stream = stream
+        self.color = supports_color(stream) if color is None else color
+        self.style = _FANCY if self.color else _PLAIN
+        self._interval = interval
+        self._mode: str | None = None  # "text", "reasoning", "progress" or None (line start)
+        self._names: dict[str, str] = {}
+        self._progress: dict[tuple[str, str], int] = {}
+        self._last_progress = 0.0
+        self._steps = 0
+        self._errors: set[str] = set()
+
+    # ------------------------------------------------------------ output helpers
+
+    def _paint(self, text: str, *codes: str) -> str:
+        return f"{''.join(codes)}{text}{_RESET}" if self.color and codes else text
+
+    def _line(self, text: str, *codes: str) -> None:
+        self._break()
+        self.stream.write(self._paint(text, *codes) + "\n")
+        self.stream.flush()
+
+    def _break(self) -> None:
+        """End a streaming line (text, reasoning or an in-place progress line)."""
+        if self._mode == "progress" and self.color:
+            self.stream.write(_CLEAR_LINE)
+        elif self._mode in ("text", "reasoning"):
+            self.stream.write((_RESET if self.color else "") + "\n")
+        self._mode = None
+
+    def _stream_text(self, mode: str, text: str) -> None:
+        if self._mode != mode:
+            self._break()
+            if mode == "reasoning":
+                self.stream.write((_DIM if self.color else "") + self.style.reasoning + " ")
+            self._mode = mode
+        self.stream.write(text)
+        self.stream.flush()
+
+    # ------------------------------------------------------------ public
+
+    def result(self, result: AgentResponseResult) -> None:
+        """Render one result chunk."""
+        for event in result.events:
+            self._event(event, result)
+        for item in result.contents:
+            self._content(item)
+
+    def response(self, response: AgentResponse) -> None:
+        """Finish with the turn's usage and finish reason."""
+        parts = [f"finish: {response.finish_reason}"]
+        if response.usage is not None:
+            parts.insert(0, _usage(response.usage))
+        if response.model:
+            parts.append(f"model: {response.model}")
+        self._line(" · ".join(parts), _DIM)
+
+    def note(self, text: str, *, bold: bool = False) -> None:
+        """Print a line of commentary (dim, or bold), ending any streaming line."""
+        self._line(text, _BOLD if bold else _DIM)
+
+    def error(self, error: BaseException) -> None:
+        """Report the error that ended the stream (briefly if its message was shown)."""
+        if str(error) in self._errors:
+            self._line(f"stream failed: {type(error).__name__}", _RED, _BOLD)
+        else:
+            self._line(f"error: {type(error).__name__}: {error}", _RED, _BOLD)
+
+    def close(self) -> None:
+        """End the current line, if any."""
+        self._break()
+        self.stream.flush()
+
+    # ------------------------------------------------------------ items
+
+    def _event(self, event: Any, result: AgentResponseResult) -> None:
+        if isinstance(event, ResponseStartedEvent):
+            self._steps += 1
+            if self._steps > 1:
+                model = f" ({event.model or result.model})" if event.model or result.model else ""
+                self._line(f"{self.style.step} step {self._steps}{model} {self.style.step}", _DIM)
+        elif isinstance(event, ToolApprovalRequestEvent):
+            args = _short(event.arguments)
+            self._line(f"{self.style.ask} approval asked: {event.name}({args})", _YELLOW)
+        elif isinstance(event, FinishEvent) and event.usage is not None:
+            self._line(f"{_usage(event.usage)} · {event.finish_reason}", _DIM)
+
+    def _content(self, item: c.Content) -> None:
+        match item:
+            case c.TextContent(text):
+                self._stream_text("text", text)
+            case c.ReasoningContent(text):
+                self._stream_text("reasoning", text)
+            case c.UriContent(uri):
+                self._line(f"link: {uri}", _CYAN)
+            case c.ToolCallStartContent(call_id, name):
+                self._names[call_id] = name
+                self._line(f"{self.style.tool} {name} ({call_id})", _BOLD, _CYAN)
+            case c.ToolCallArgsProgressContent(call_id, name, received):
+                self._on_progress(call_id, name, received)
+            case c.ToolCallArgsParsedContent(call_id, name, value):
+                self._on_parsed(call_id, name, value)
+            case c.ToolCallingContent(call_id, name, _args, raw, error) if error is not None:
+                self._line(f"{self.style.arg}invalid arguments for {name}: {error}", _RED)
+                self._line(f"{self.style.arg}raw: {_short(raw)}", _DIM)
+            case c.ToolCalledContent(call_id, result, error):
+                name = self._names.get(call_id, call_id)
+                if error is not None:
+                    self._line(f"{self.style.fail} {name}: {_short(error, 300)}", _RED)
+                else:
+                    self._line(f"{self.style.ok} {name} → {_short(result or '', 300)}", _GREEN)
+            case c.ErrorContent(message):
+                self._errors.add(message)
+                self._line(f"error: {message}", _RED, _BOLD)
+            case _:
+                pass  # raw argument deltas, ends and usage show through the cards and footer
+
+    def _on_progress(self, call_id: str, name: str, received: int) -> None:
+        self._progress[(call_id, name)] = received
+        if not self.color or received < _LONG_ARG_BYTES:
+            return  # plain output: the size is printed once the argument is complete
+        now = time.monotonic()
+        if self._mode == "progress" and now - self._last_progress < self._interval:
+            return
+        self._last_progress = now
+        if self._mode == "progress":
+            self.stream.write(_CLEAR_LINE)
+        else:
+            self._break()
+        spinner = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"[int(now * 10) % 10]
+        self.stream.write(self._paint(f"{self.style.arg}{name} {spinner} {_size(received)}", _DIM))
+        self.stream.flush()
+        self._mode = "progress"
+
+    def _on_parsed(self, call_id: str, name: str, value: Any) -> None:
+        received = self._progress.pop((call_id, name), None)
+        if received is not None and received >= _LONG_ARG_BYTES:
+            first = value.splitlines()[0] if isinstance(value, str) and value else ""
+            self._line(f"{self.style.arg}{name}: {_size(received)} received · {_short(first, 60)}")
+        else:
+            text = json.dumps(value, ensure_ascii=False, default=repr)
+            self._line(f"{self.style.arg}{name} = {_short(text)}")
+
+
+def _usage(usage: Usage) -> str:
+    return (
+        f"tokens: {usage.prompt_tokens} in / {usage.completion_tokens} out"
+        f" / {usage.total_tokens} total"
+    )
