@@ -1,7 +1,7 @@
-"""Tests for rafrx.agent with a scripted in-process client (no HTTP).
+"""Tests for rafrx.agent.
 
-The end-to-end tests over real HTTP against rafrx.testing.LLMServer are in
-tests/test_agent_http.py.
+First with a scripted in-process client (no HTTP), then end to end over real
+HTTP against rafrx.testing.LLMServer with each of the three clients.
 """
 
 from __future__ import annotations
@@ -23,8 +23,23 @@ from rafrx.content import ToolCalledContent
 from rafrx.errors import MaxStepsExceeded, ProviderError
 from rafrx.events import FinishEvent, ResponseStartedEvent, ToolApprovalRequestEvent
 from rafrx.history import InMemoryHistoryProvider
-from rafrx.messages import ANTHROPIC_THINKING, ChatMessage, MessageRole, MessageSource, ToolCall
+from rafrx.messages import (
+    ANTHROPIC_THINKING,
+    ChatMessage,
+    MessageRole,
+    MessageSource,
+    ToolCall,
+    to_anthropic,
+)
 from rafrx.response import AgentResponse, AgentResponseResult, FinishReason, Usage
+from rafrx.sources.clients import (
+    AnthropicClient,
+    LLMClient,
+    OpenAIChatClient,
+    OpenAIResponsesClient,
+    to_responses_input,
+)
+from rafrx.testing import LLMServer, Reply, ToolCallSpec
 from rafrx.tools import Tool, tool
 
 EXTERNAL = MessageSource.EXTERNAL
@@ -614,3 +629,278 @@ async def test_eager_tools_start_before_the_llm_call_ends() -> None:
     )
     await Agent(client, tools=[note], eager_tools=True).send("go")
     assert order.index("tool a") < order.index("Finish")
+
+
+# ================================================================ over real HTTP
+
+CLIENTS = {
+    "openai-chat": OpenAIChatClient,
+    "anthropic": AnthropicClient,
+    "openai-responses": OpenAIResponsesClient,
+}
+
+
+@pytest.fixture(params=sorted(CLIENTS))
+def client_class(request: pytest.FixtureRequest) -> type[LLMClient]:
+    return CLIENTS[request.param]
+
+
+@tool
+def forecast(city: str) -> str:
+    """The forecast for a city.
+
+    Args:
+        city: The city's name.
+    """
+    return {"Oslo": "rain", "Rome": "sun"}[city]
+
+
+@tool(requires_approval=True)
+def remove(path: str) -> str:
+    """Remove a file."""
+    return f"removed {path}"
+
+
+async def only_tmp(event: ToolApprovalRequestEvent) -> bool:
+    return str(event.arguments["path"]).startswith("/tmp/")
+
+
+@pytest.mark.asyncio
+async def test_three_turns_with_parallel_tools_and_an_approval_over_http(
+    client_class: type[LLMClient],
+) -> None:
+    history = InMemoryHistoryProvider()
+    async with LLMServer() as server, client_class(server.url, "sk-test-key") as client:
+        agent = Agent(
+            client,
+            tools=[forecast, remove],
+            instructions="Be brief.",
+            history=history,
+            approver=only_tmp,
+            id="e2e",
+        )
+        server.enqueue(
+            # turn 1: two tools at once, with reasoning
+            Reply(
+                reasoning="Two cities, two lookups.",
+                tool_calls=[
+                    ToolCallSpec("forecast", {"city": "Oslo"}, id="call_1"),
+                    ToolCallSpec("forecast", {"city": "Rome"}, id="call_2"),
+                ],
+            ),
+            Reply(text="Rain in Oslo, sun in Rome."),
+            # turn 2: two calls that need approval: one granted, one denied
+            Reply(
+                tool_calls=[
+                    ToolCallSpec("remove", {"path": "/tmp/old.txt"}, id="call_3"),
+                    ToolCallSpec("remove", {"path": "/etc/passwd"}, id="call_4"),
+                ]
+            ),
+            Reply(text="Removed /tmp/old.txt; /etc/passwd was refused."),
+            # turn 3: a plain answer
+            Reply(text="You are welcome."),
+        )
+        inputs = ["Weather in Oslo and Rome?", "Remove /tmp/old.txt and /etc/passwd.", "Thanks!"]
+        results1 = await collect(agent.run(inputs[0]))
+        r1 = await reactivex.from_iterable(results1).pipe(ops.aggregate(agent_id=agent.id))
+        r2 = await agent.send(inputs[1])
+        r3 = await agent.send(inputs[2])
+        assert len(server.requests) == 5
+
+        # turn 1: both tools ran, their results went back in call order
+        assert [r.finish_reason for r in (r1, r2, r3)] == [FinishReason.STOP] * 3
+        assert r1.source_agent_id == "e2e"
+        assert [(c.id, c.arguments) for c in r1.tool_calls] == [
+            ("call_1", {"city": "Oslo"}),
+            ("call_2", {"city": "Rome"}),
+        ]
+        assert [(m.tool_call_id, m.content) for m in r1.tool_messages] == [
+            ("call_1", "rain"),
+            ("call_2", "sun"),
+        ]
+        assert r1.turn_transcript[0].reasoning == "Two cities, two lookups."
+        assert r1.text == "Rain in Oslo, sun in Rome."
+        starts = [e for r in results1 for e in r.events if isinstance(e, ResponseStartedEvent)]
+        assert len(starts) == 2
+        assert server.requests[1].last_role == "tool"
+        assert server.requests[1].tool_names == ("forecast", "remove")
+
+        # turn 2: the approval was asked for both, granted for one
+        assert [(m.tool_call_id, m.content) for m in r2.tool_messages] == [
+            ("call_3", "removed /tmp/old.txt"),
+            ("call_4", "Error: the user denied the call to tool 'remove'; it was not run"),
+        ]
+
+        # the saved history is exactly each turn's input and transcript, nothing twice
+        expected = [
+            *(
+                m
+                for text, r in zip(inputs, (r1, r2, r3), strict=True)
+                for m in (user(text), *r.turn_transcript)
+            ),
+        ]
+        assert list(history.messages) == expected
+        assert [m.role.value for m in history.messages] == [
+            "user", "assistant", "tool", "tool", "assistant",
+            "user", "assistant", "tool", "tool", "assistant",
+            "user", "assistant",
+        ]  # fmt: skip
+
+        # a fresh agent on the saved history sends exactly what the first one would
+        saved = InMemoryHistoryProvider(history.messages)
+        server.enqueue(Reply(text="Weather and files."), Reply(text="Weather and files."))
+        await agent.send("What did we talk about?")
+        async with client_class(server.url, "sk-test-key") as other:
+            fresh = Agent(other, tools=[forecast, remove], instructions="Be brief.", history=saved)
+            response = await fresh.send("What did we talk about?")
+        assert response.text == "Weather and files."
+        continued, fresh_request = server.requests[-2], server.requests[-1]
+        assert fresh_request.json == continued.json
+        conversation = [ChatMessage.system("Be brief."), *expected, user("What did we talk about?")]
+        wire = {
+            "openai-chat": lambda: [m.to_openai() for m in conversation],
+            "anthropic": lambda: to_anthropic(conversation)[1],
+            "openai-responses": lambda: to_responses_input(conversation),
+        }
+        assert fresh_request.wire_format is not None
+        assert fresh_request.messages == wire[fresh_request.wire_format]()
+        assert len(fresh_request.messages) > len(server.requests[4].messages)
+        assert list(saved.messages) == [
+            *expected,
+            user("What did we talk about?"),
+            ChatMessage.assistant("Weather and files."),
+        ]
+    await server.wait_connections_closed()
+
+
+def thinking_blocks(message: ChatMessage) -> list[Any]:
+    return list((message.provider_data or {}).get(ANTHROPIC_THINKING, ()))
+
+
+@pytest.mark.asyncio
+async def test_anthropic_thinking_signatures_go_back_in_the_tool_loop() -> None:
+    async with LLMServer() as server, AnthropicClient(server.url, "sk-ant") as client:
+        server.enqueue(
+            Reply(reasoning="Check Oslo.", tool_calls=[ToolCallSpec("forecast", {"city": "Oslo"})]),
+            Reply(text="Rain."),
+        )
+        response = await Agent(client, tools=[forecast]).send("Oslo?")
+        blocks = thinking_blocks(response.turn_transcript[0])
+        assert [b["type"] for b in blocks] == ["thinking"]
+        assert blocks[0]["signature"].startswith("sig_")
+        sent = server.requests[1].json["messages"][1]
+        assert sent["role"] == "assistant"
+        assert sent["content"][0] == {
+            "type": "thinking",
+            "thinking": "Check Oslo.",
+            "signature": blocks[0]["signature"],
+        }
+        assert sent["content"][1]["type"] == "tool_use"
+
+
+@pytest.mark.asyncio
+async def test_each_tool_error_kind_goes_back_to_the_model_over_http(
+    client_class: type[LLMClient],
+) -> None:
+    @tool
+    def divide(a: int, b: int) -> float:
+        """Divide a by b."""
+        return a / b
+
+    @tool(timeout=0.05)
+    async def slow() -> str:
+        """Takes a while."""
+        await asyncio.sleep(5)
+        return "late"  # pragma: no cover
+
+    async with LLMServer() as server, client_class(server.url, "k") as client:
+        server.enqueue(
+            Reply(
+                tool_calls=[
+                    ToolCallSpec("divide", {"a": 6, "b": 3}, id="ok"),
+                    ToolCallSpec("divide", {"a": 1, "b": 0}, id="raises"),
+                    ToolCallSpec("divide", {"a": "6"}, id="invalid"),
+                    ToolCallSpec("divide", '{"a": 6, "b": ', id="unparsable"),
+                    ToolCallSpec("multiply", {"a": 1}, id="unknown"),
+                    ToolCallSpec("slow", {}, id="timeout"),
+                ]
+            ),
+            Reply(text="Some of that failed."),
+        )
+        response = await Agent(client, tools=[divide, slow]).send("go")
+    results = {m.tool_call_id: m.content for m in response.tool_messages}
+    assert results == {
+        "ok": "2.0",
+        "raises": "Error: tool 'divide' raised ZeroDivisionError: division by zero",
+        "invalid": "Error: invalid arguments for tool 'divide': missing required argument 'b'; "
+        "argument 'a': expected integer, got string \"6\"",
+        "unparsable": "Error: invalid arguments for tool 'divide': invalid JSON arguments: "
+        "Expecting value: line 1 column 15 (char 14)",
+        "unknown": "Error: unknown tool 'multiply' (available: divide, slow)",
+        "timeout": "Error: tool 'slow' timed out after 0.05 s",
+    }
+    assert [m.tool_call_id for m in response.tool_messages] == list(results)  # call order
+    assert server.requests[1].last_role == "tool"
+    assert response.text == "Some of that failed."
+
+
+@pytest.mark.asyncio
+async def test_max_steps_over_http(client_class: type[LLMClient]) -> None:
+    async with LLMServer() as server, client_class(server.url, "k") as client:
+        server.script(
+            lambda request: Reply(tool_calls=[ToolCallSpec("forecast", {"city": "Oslo"})])
+        )
+        history = InMemoryHistoryProvider()
+        with pytest.raises(MaxStepsExceeded) as info:
+            await Agent(client, tools=[forecast], history=history, max_steps=3).send("loop")
+        assert len(server.requests) == 3
+    partial = info.value.partial
+    assert partial is not None
+    assert [m.content for m in partial.tool_messages] == ["rain"] * 3
+    assert history.messages == ()
+
+
+@pytest.mark.asyncio
+async def test_cancellation_mid_tool_over_http(client_class: type[LLMClient]) -> None:
+    started = asyncio.Event()
+    cancelled = asyncio.Event()
+
+    @tool
+    async def crawl(url: str) -> str:
+        """Crawl a site."""
+        started.set()
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+        return "never"  # pragma: no cover
+
+    async with LLMServer() as server, client_class(server.url, "k") as client:
+        server.enqueue(Reply(tool_calls=[ToolCallSpec("crawl", {"url": "https://x"})]))
+        task = asyncio.create_task(Agent(client, tools=[crawl]).send("crawl it"))
+        await asyncio.wait_for(started.wait(), 5)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await asyncio.wait_for(cancelled.wait(), 5)
+        await asyncio.sleep(0.05)
+        assert len(server.requests) == 1  # no second LLM call
+
+
+@pytest.mark.asyncio
+async def test_cancellation_mid_request_closes_the_connection() -> None:
+    async with LLMServer() as server, OpenAIChatClient(server.url, "k") as client:
+        server.enqueue(Reply(text="a long answer " * 50, chunk_size=1, delay=0.01))
+        seen: list[AgentResponseResult] = []
+        subscription = Agent(client).run("talk").subscribe(seen.append)
+        for _ in range(500):
+            if len(seen) > 3:
+                break
+            await asyncio.sleep(0.01)
+        assert 3 < len(seen) < 100
+        subscription.dispose()
+        await server.wait_connections_closed()
+        count = len(seen)
+        await asyncio.sleep(0.05)
+        assert len(seen) == count
