@@ -26,6 +26,7 @@ import json
 import os
 import signal
 import sys
+import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -286,9 +287,27 @@ async def _replay(args: argparse.Namespace) -> int:
 
 
 async def _read_line(prompt: str) -> str | None:
+    """The next stdin line (``None`` at end of input), read without blocking the loop.
+
+    A daemon thread reads, not the loop's executor: on Ctrl-C the process
+    exits at once instead of waiting for a line.
+    """
     if prompt and sys.stdin.isatty():
         print(prompt, end="", flush=True)
-    line = await asyncio.to_thread(sys.stdin.readline)
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[str] = loop.create_future()
+
+    def deliver(line: str) -> None:
+        if not future.done():
+            future.set_result(line)
+
+    def read() -> None:
+        line = sys.stdin.readline()
+        with contextlib.suppress(RuntimeError):  # the loop is gone: nobody is waiting
+            loop.call_soon_threadsafe(deliver, line)
+
+    threading.Thread(target=read, name="rafrx-stdin", daemon=True).start()
+    line = await future
     return line if line else None
 
 
@@ -317,7 +336,7 @@ async def _chat(args: argparse.Namespace) -> int:
             try:
                 response = await _render_turn(renderer, client.stream(messages).pipe(convert()))
             except TransportError as exc:
-                raise _Fail(f"cannot reach {client.url}: {exc}") from None
+                raise _Fail(f"endpoint unreachable: {exc}") from None
             except RafrxError as exc:
                 renderer.error(exc)
                 continue

@@ -115,7 +115,7 @@ class TerminalRenderer:
         self._progress: dict[tuple[str, str], int] = {}
         self._last_progress = 0.0
         self._steps = 0
-        self._errors: set[str] = set()
+        self._errors: list[str] = []  # ErrorContent, shown by error() or response()
 
     # ------------------------------------------------------------ output helpers
 
@@ -154,7 +154,10 @@ class TerminalRenderer:
             self._content(item)
 
     def response(self, response: AgentResponse) -> None:
-        """Finish with the turn's usage and finish reason."""
+        """Finish with the turn's usage and finish reason (and any in-band error)."""
+        for message in self._errors:
+            self._line(f"error: {message}", _RED, _BOLD)
+        self._errors.clear()
         parts = [f"finish: {response.finish_reason}"]
         if response.usage is not None:
             parts.insert(0, _usage(response.usage))
@@ -167,11 +170,9 @@ class TerminalRenderer:
         self._line(text, _BOLD if bold else _DIM)
 
     def error(self, error: BaseException) -> None:
-        """Report the error that ended the stream (briefly if its message was shown)."""
-        if str(error) in self._errors:
-            self._line(f"stream failed: {type(error).__name__}", _RED, _BOLD)
-        else:
-            self._line(f"error: {type(error).__name__}: {error}", _RED, _BOLD)
+        """Report the error that ended the stream (it replaces the stream's ``ErrorContent``)."""
+        self._errors.clear()
+        self._line(f"error: {type(error).__name__}: {error}", _RED, _BOLD)
 
     def close(self) -> None:
         """End the current line, if any."""
@@ -217,8 +218,7 @@ class TerminalRenderer:
                 else:
                     self._line(f"{self.style.ok} {name} → {_short(result or '', 300)}", _GREEN)
             case c.ErrorContent(message):
-                self._errors.add(message)
-                self._line(f"error: {message}", _RED, _BOLD)
+                self._errors.append(message)  # on_error follows: error() tells it
             case _:
                 pass  # raw argument deltas, ends and usage show through the cards and footer
 
