@@ -222,8 +222,13 @@ async def _demo(args: argparse.Namespace) -> int:
         agent: Agent = Agent(client, tools=demo_tools(), approver=approve, id="demo")
         renderer.note(f"rafrx demo · {args.format} · scripted server at {server.url}")
         renderer.note(f"you: {args.prompt}", bold=True)
+        turn = agent.run(args.prompt)
+        if args.record:
+            from rafrx.recorder import record
+
+            turn = record(turn, args.record)
         try:
-            await _render_turn(renderer, agent.run(args.prompt), agent_id=agent.id)
+            await _render_turn(renderer, turn, agent_id=agent.id)
         except RafrxError as exc:
             renderer.error(exc)
             return 1
@@ -431,6 +436,9 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--plain", action="store_true", help="no colours or in-place updates")
     demo.add_argument("--prompt", default=DEMO_PROMPT, help="what to ask")
     demo.add_argument("--speed", type=_positive, default=1.0, help="stream this many times faster")
+    demo.add_argument(
+        "--record", metavar="FILE", default=None, help="also save the turn as JSON lines"
+    )
 
     replay = commands.add_parser(
         "replay",

@@ -239,10 +239,9 @@ DEMO_LINES = [
 ]
 
 
-def check_demo(out: str, fmt: str) -> None:
+def check_demo(out: str) -> None:
     assert "\x1b" not in out
     assert "\r" not in out
-    assert f"rafrx demo · {fmt} · scripted server at http://127.0.0.1:" in out
     assert "[thinking] The user wants the weather in Paris" in out
     positions = [out.find(line) for line in DEMO_LINES]
     assert -1 not in positions, [x for x, p in zip(DEMO_LINES, positions, strict=True) if p < 0]
@@ -255,14 +254,30 @@ def test_demo_shows_a_tool_calling_turn() -> None:
     result = run("demo", "--plain", "--speed", "3")
     assert result.returncode == 0, result.stderr
     assert time.monotonic() - start < 30
-    check_demo(result.stdout, "openai-chat")
+    assert "rafrx demo · openai-chat · scripted server at http://127.0.0.1:" in result.stdout
+    check_demo(result.stdout)
+
+
+def test_demo_can_record_the_turn_for_replay(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "demo.jsonl"
+    code, shown, _ = run_here(capsys, "demo", "--plain", "--speed", "5", "--record", str(path))
+    assert code == 0
+    code, replayed, _ = run_here(capsys, "replay", str(path), "--plain")
+    assert code == 0
+    check_demo(replayed)
+    # the same lines, minus the demo's own notes (header, prompt, approval decision)
+    notes = ("rafrx demo", "you: ", "approved write_file")
+    assert [x for x in shown.splitlines() if not x.startswith(notes)] == replayed.splitlines()
 
 
 @pytest.mark.parametrize("fmt", ["anthropic", "openai-responses"])
 def test_demo_in_every_wire_format(fmt: str, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = run_here(capsys, "demo", "--plain", "--format", fmt, "--speed", "4")
     assert (code, err) == (0, "")
-    check_demo(out, fmt)
+    assert f"rafrx demo · {fmt} · scripted server at http://127.0.0.1:" in out
+    check_demo(out)
 
 
 def _run_in_pty(*args: str, timeout: float = 60) -> tuple[int, bytes]:

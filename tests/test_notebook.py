@@ -234,6 +234,18 @@ def test_live_without_ipython_prints_the_final_text(capsys: pytest.CaptureFixtur
     assert view.response.finish_reason is FinishReason.STOP
 
 
+def test_live_without_ipython_installed_falls_back_to_text(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "IPython", None)  # import IPython → ImportError
+    monkeypatch.setitem(sys.modules, "IPython.display", None)
+    monkeypatch.setitem(sys.modules, "IPython.core.getipython", None)
+    live(reactivex.of(u.TextDelta("plain <b>"), u.Finish(FinishReason.STOP)))
+    assert capsys.readouterr().out == "plain <b>\nstatus: done · finish: stop\n"
+
+
 def test_text_display_writes_to_a_stream() -> None:
     import io
 
