@@ -249,8 +249,10 @@ def to_anthropic(messages: Iterable[ChatMessage]) -> tuple[str | None, list[dict
         if msg.content:
             blocks.append({"type": "text", "text": msg.content})
         for call in msg.tool_calls or ():
+            # Anthropic requires an object; a call whose arguments were invalid JSON sends {}.
+            arguments = call.arguments if isinstance(call.arguments, Mapping) else {}
             blocks.append(
-                {"type": "tool_use", "id": call.id, "name": call.name, "input": call.arguments}
+                {"type": "tool_use", "id": call.id, "name": call.name, "input": arguments}
             )
         out.append({"role": msg.role.value, "content": blocks})
     return ("\n\n".join(system) if system else None), out

@@ -338,3 +338,9 @@ def test_anthropic_round_trip_keeps_every_field(msgs: list[ChatMessage]) -> None
     for message in wire:  # roles alternate no more than the input did; no empty tool runs
         assert message["role"] in ("user", "assistant")
     assert from_anthropic(system, wire) == msgs
+
+
+def test_to_anthropic_sends_an_object_for_a_call_with_invalid_arguments() -> None:
+    broken = ToolCall("c1", "f", None, raw_arguments='{"a": ', error="invalid JSON")
+    _, wire = to_anthropic([ChatMessage.assistant_with_tools("", [broken])])
+    assert wire[0]["content"][0]["input"] == {}
