@@ -14,6 +14,7 @@ Example:
 """
 
 from rafrx import content, errors, events, operators, updates
+from rafrx.agent import Agent
 from rafrx.content import (
     Content,
     ErrorContent,
@@ -53,6 +54,7 @@ from rafrx.errors import (
     TransportError,
 )
 from rafrx.events import Event, FinishEvent, ResponseStartedEvent, ToolApprovalRequestEvent
+from rafrx.history import ContextProvider, HistoryProvider, InMemoryHistoryProvider
 from rafrx.messages import ChatMessage, MessageRole, MessageSource, ToolCall
 from rafrx.operators import (
     accumulate_tool_calls,
@@ -64,24 +66,31 @@ from rafrx.operators import (
 )
 from rafrx.operators._aggregate import collect_agent_response
 from rafrx.response import AgentResponse, AgentResponseResult, FinishReason, Usage
+from rafrx.sources.clients import AnthropicClient, OpenAIChatClient, OpenAIResponsesClient
+from rafrx.tools import tool
 from rafrx.updates import AgentResponseUpdate
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "Agent",
     "AgentResponse",
     "AgentResponseResult",
     "AgentResponseUpdate",
+    "AnthropicClient",
     "ChatMessage",
     "ConnectTimeout",
     "Content",
     "ContentTypeError",
+    "ContextProvider",
     "ErrorContent",
     "Event",
     "FinishEvent",
     "FinishReason",
     "HTTPStatusError",
+    "HistoryProvider",
     "IdleTimeout",
+    "InMemoryHistoryProvider",
     "IncompleteStream",
     "InvalidToolArguments",
     "LimitExceeded",
@@ -89,6 +98,8 @@ __all__ = [
     "MaxStepsExceeded",
     "MessageRole",
     "MessageSource",
+    "OpenAIChatClient",
+    "OpenAIResponsesClient",
     "ProtocolError",
     "ProviderError",
     "RafrxError",
@@ -127,5 +138,6 @@ __all__ = [
     "operators",
     "parse_args_stream",
     "split_legacy_delta",
+    "tool",
     "updates",
 ]
