@@ -120,3 +120,17 @@ def test_providers_notebook_compares_the_three_formats(executed: dict[str, Any])
         assert endpoint in text
     assert "ToolCallDelta" in text  # OpenAI chat's legacy deltas, in the comparison table
     assert "event: message_start" in text  # Anthropic's wire format, side by side
+
+
+def test_notebook_code_is_lint_clean() -> None:
+    import subprocess
+    import sys
+
+    for command in (["check"], ["format", "--check"]):
+        result = subprocess.run(
+            [sys.executable, "-m", "ruff", *command, str(NOTEBOOKS)],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert result.returncode == 0, result.stdout + result.stderr
