@@ -43,6 +43,7 @@ import aiohttp
 import attrs
 
 from bench.generate import build_scenarios
+from bench.report import machine
 
 __all__ = ["Stats", "main", "run_limit", "run_rafrx"]
 
@@ -328,6 +329,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--interval", type=float, default=0.1, help="seconds between paced deltas")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--only", choices=sorted(CLIENTS), help="one client only")
+    parser.add_argument("--update-readme", action="store_true", help="rewrite bench/README.md")
     parser.add_argument("--serve-replay", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--serve-stamped", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -365,7 +367,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             latency[key] = measure(CLIENTS[key], server.url, args.streams, stamped=True)
     finally:
         server.close()
-    print(report(throughput, latency, args))
+    text = report(throughput, latency, args)
+    command = "python -m bench.concurrency " + " ".join(sys.argv[1:] if argv is None else argv)
+    text += f"\n\nCommand: `{command.strip()}`\n\n{machine()}"
+    print(text)
+    if args.update_readme:
+        from bench.run import update_readme
+
+        update_readme(text, "concurrency")
     return 0
 
 

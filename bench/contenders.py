@@ -67,6 +67,9 @@ class Contender:
     """Why it cannot run here (package not installed), else ``None``."""
     prepare: Callable[[], object] | None = None
     """Imports what :attr:`run` needs, so that no timed run pays for it."""
+    capped: bool = True
+    """Whether a run may be stopped at the runner's cap. The limit loops and
+    rafrx always run to the end: every ratio is taken against them."""
 
 
 def _all(_: Scenario) -> bool:
@@ -86,7 +89,7 @@ def _arguments(s: Scenario) -> bool:
 
 
 CONTENDERS: tuple[Contender, ...] = (
-    Contender("limit-json", "stdlib limit loop (json)", _limit, _all),
+    Contender("limit-json", "stdlib limit loop (json)", _limit, _all, capped=False),
     Contender(
         "limit-orjson",
         "limit loop (orjson)",
@@ -94,6 +97,7 @@ CONTENDERS: tuple[Contender, ...] = (
         _all,
         _missing_orjson(),
         functools.partial(importlib.import_module, "orjson"),
+        capped=False,
     ),
     Contender(
         "rafrx",
@@ -102,6 +106,7 @@ CONTENDERS: tuple[Contender, ...] = (
         _all,
         None,
         functools.partial(importlib.import_module, "bench.rafrx_pipeline"),
+        capped=False,
     ),
     Contender(
         "openai",

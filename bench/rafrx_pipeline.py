@@ -12,7 +12,10 @@ Example:
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
+
+from reactivex import operators as ops
 
 from bench.outcome import Outcome
 from rafrx.content import ToolCallArgsParsedContent, ToolCallArgsProgressContent
@@ -23,14 +26,29 @@ from rafrx.sources import from_sse
 __all__ = ["count_parse_events", "run_rafrx"]
 
 
-def run_rafrx(chunks: Iterable[bytes], dialect: str) -> Outcome:
-    """Aggregate an SSE body with the rafrx pipeline."""
-    response = from_sse(chunks, dialect).pipe(convert(), aggregate()).run()
+def run_rafrx(chunks: Iterable[bytes], dialect: str, counts: list[int] | None = None) -> Outcome:
+    """Aggregate an SSE body with the rafrx pipeline.
+
+    With ``counts`` (a list of two ints), the ``Progress`` and ``Parsed``
+    contents that ``convert()`` emits are added to it on the way.
+    """
+    results = from_sse(chunks, dialect).pipe(convert())
+    if counts is not None:
+        results = results.pipe(ops.do_action(functools.partial(_count, counts)))
+    response = results.pipe(aggregate()).run()
     return Outcome(
         response.text,
         response.reasoning_text or "",
         tuple((call.id, call.name, call.arguments) for call in response.tool_calls),
     )
+
+
+def _count(counts: list[int], result: AgentResponseResult) -> None:
+    for content in result.contents:
+        if type(content) is ToolCallArgsProgressContent:
+            counts[0] += 1
+        elif type(content) is ToolCallArgsParsedContent:
+            counts[1] += 1
 
 
 def count_parse_events(chunks: Iterable[bytes], dialect: str) -> tuple[int, int]:
@@ -39,13 +57,5 @@ def count_parse_events(chunks: Iterable[bytes], dialect: str) -> tuple[int, int]
     Shows that the timed pipeline does the streaming-parse work it claims.
     """
     counts = [0, 0]
-
-    def on_next(result: AgentResponseResult) -> None:
-        for content in result.contents:
-            if type(content) is ToolCallArgsProgressContent:
-                counts[0] += 1
-            elif type(content) is ToolCallArgsParsedContent:
-                counts[1] += 1
-
-    from_sse(chunks, dialect).pipe(convert()).subscribe(on_next)
+    run_rafrx(chunks, dialect, counts)
     return counts[0], counts[1]

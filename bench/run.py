@@ -9,18 +9,21 @@ Usage (from the repository root, after ``pip install -e '.[bench]'``)::
 Per scenario, the body is generated (seeded), cut into 1-4 KB chunks once,
 and every applicable contender reads that same chunk list. Each contender
 first runs once untimed (its result is checked against the scenario's
-expected result, and the run is stopped at ``--cap`` seconds: a quadratic
-peer on the 1 MB argument is then reported as a lower bound). Then the timed
+expected result, and a peer's run is stopped at ``--cap`` seconds: a
+quadratic peer on the 1 MB argument is then reported as a lower bound; the
+limit loops and rafrx always run to the end). Then the timed
 runs are interleaved across contenders (so background load hits all alike),
 ``--repeat`` of them (more, up to 50, for runs of a few milliseconds; fewer
 when one run is long: ``--budget`` seconds per contender and scenario, and a
 warm-up longer than 0.5 s counts as a run). Peak memory comes from a
-separate run under tracemalloc.
+separate run under tracemalloc (for the limit loops and rafrx always, for a
+peer when its run takes at most 2 s).
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import gc
 import sys
 import time
@@ -32,12 +35,14 @@ from bench.contenders import CONTENDERS, Contender, applicable
 from bench.generate import ARG_SIZES, Scenario, build_scenarios, split_chunks
 from bench.measure import peak_memory, time_once, warm_up
 from bench.outcome import Outcome
-from bench.rafrx_pipeline import count_parse_events
+from bench.rafrx_pipeline import count_parse_events, run_rafrx
 
-__all__ = ["main", "measure_scenario"]
+__all__ = ["main", "measure_scenario", "update_readme"]
 
+# Peak memory is traced for these always, for the others when a run takes at
+# most 2 s (tracing a quadratic peer's 20 s run would take minutes).
+_ALWAYS_TRACED = frozenset({"limit-json", "limit-orjson", "rafrx"})
 README = Path(__file__).resolve().parent / "README.md"
-START, END = "<!-- results:start -->", "<!-- results:end -->"
 
 
 def measure_scenario(
@@ -45,8 +50,8 @@ def measure_scenario(
     contenders: Sequence[Contender],
     *,
     repeat: int = 7,
-    budget: float = 15.0,
-    cap: float | None = 20.0,
+    budget: float = 10.0,
+    cap: float | None = 10.0,
     memory: bool = True,
     seed: int = 0,
     log: bool = False,
@@ -81,8 +86,10 @@ def _measure(
     samples: dict[str, list[float]] = {}
     runs: dict[str, int] = {}
     state: dict[str, tuple[bool, float, bool | None]] = {}
+    first_seconds: dict[str, float] = {}
     for c in contenders:
-        first = warm_up(c.run, chunks, scenario.dialect, cap)
+        first = warm_up(c.run, chunks, scenario.dialect, cap if c.capped else None)
+        first_seconds[c.key] = first.seconds
         correct = None if first.outcome is None else first.outcome == expected
         state[c.key] = (first.complete, first.fraction, correct)
         if not first.complete:
@@ -104,12 +111,19 @@ def _measure(
     results: list[report.Result] = []
     for c in contenders:
         complete, fraction, correct = state[c.key]
-        peak = None
-        if memory and complete:
-            peak = peak_memory(c.run, chunks, scenario.dialect)
-        progress = parsed = None
-        if c.key == "rafrx" and scenario.kind == "args":
+        peak = progress = parsed = None
+        counted = c.key == "rafrx" and scenario.kind == "args"
+        if counted and memory and complete:  # rafrx: always traced
+            # One run gives both: the memory peak and the parse-event counts.
+            counts = [0, 0]
+            peak = peak_memory(
+                functools.partial(run_rafrx, counts=counts), chunks, scenario.dialect
+            )
+            progress, parsed = counts
+        elif counted:
             progress, parsed = count_parse_events(chunks, scenario.dialect)
+        elif memory and complete and (c.key in _ALWAYS_TRACED or first_seconds[c.key] <= 2.0):
+            peak = peak_memory(c.run, chunks, scenario.dialect)
         results.append(
             report.Result(
                 scenario,
@@ -126,11 +140,13 @@ def _measure(
     return results
 
 
-def _update_readme(text: str) -> None:
+def update_readme(text: str, section: str = "results") -> None:
+    """Replace the text between ``<!-- {section}:start/end -->`` in bench/README.md."""
+    start, end = f"<!-- {section}:start -->", f"<!-- {section}:end -->"
     content = README.read_text(encoding="utf-8")
-    head, rest = content.split(START, 1)
-    _, tail = rest.split(END, 1)
-    README.write_text(f"{head}{START}\n{text}\n{END}{tail}", encoding="utf-8")
+    head, rest = content.split(start, 1)
+    _, tail = rest.split(end, 1)
+    README.write_text(f"{head}{start}\n{text}\n{end}{tail}", encoding="utf-8")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -139,10 +155,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="smaller bodies and arguments")
     parser.add_argument("--repeat", type=int, default=7, help="timed runs per contender")
     parser.add_argument(
-        "--budget", type=float, default=15.0, help="seconds of timed runs per contender/scenario"
+        "--budget", type=float, default=10.0, help="seconds of timed runs per contender/scenario"
     )
     parser.add_argument(
-        "--cap", type=float, default=20.0, help="stop a run after this many seconds (0: never)"
+        "--cap", type=float, default=10.0, help="stop a run after this many seconds (0: never)"
     )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-memory", action="store_true", help="skip the tracemalloc runs")
@@ -188,7 +204,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     print(text)
     if args.update_readme:
-        _update_readme(text)
+        update_readme(text)
     wrong = [r for r in results if r.correct is False]
     return 1 if wrong else 0
 

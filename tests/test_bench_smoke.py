@@ -221,3 +221,30 @@ def test_concurrency_latency_uses_the_server_stamp() -> None:
             assert all(0 <= x < 5 for x in stats.latencies)
     finally:
         server.close()
+
+
+def test_target_verdicts_follow_the_figures() -> None:
+    by_name = {s.name: s for s in TINY}
+    text, tools = by_name["chat/text"], by_name["chat/tools4-seq"]
+
+    def result(s: Scenario, key: str, t: float, complete: bool = True) -> report.Result:
+        return report.Result(s, key, (t,), complete, 1.0 if complete else 0.5, True)
+
+    results = [
+        result(text, "limit-json", 1.0),
+        result(text, "rafrx", 1.5),
+        result(text, "openai", 40.0),
+        result(tools, "limit-json", 1.0),
+        result(tools, "rafrx", 2.5),
+        result(tools, "openai", 30.0, complete=False),
+    ]
+    verdicts = {t.name: t for t in report.targets(results)}
+    limit = verdicts["rafrx ≤ 2x the stdlib limit (text, reasoning, parallel calls)"]
+    assert limit.verdict == "MISSED"
+    assert "chat/tools4-seq 2.50x" in limit.detail
+    openai = verdicts["rafrx ≥ 20x faster than ChatCompletionStreamState"]
+    assert openai.verdict == "NOT SHOWN"  # 12x is only a lower bound
+    results[4] = result(tools, "rafrx", 1.2)
+    verdicts = {t.name: t for t in report.targets(results)}
+    assert verdicts[limit.name].verdict == "MET"
+    assert verdicts[openai.name].verdict == "MET"
