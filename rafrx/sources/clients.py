@@ -27,6 +27,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 from collections.abc import Iterable, Mapping, Sequence
 from types import TracebackType
@@ -133,6 +134,7 @@ def to_responses_input(messages: Iterable[ChatMessage]) -> list[dict[str, Any]]:
     return items
 
 
+@functools.cache
 def _user_agent() -> str:
     try:
         return f"rafrx/{importlib.metadata.version('rafrx')}"

@@ -35,6 +35,11 @@ _S = TypeVar("_S", bound="Script | None")
 #: Seconds :meth:`LLMServer.close` gives running handlers before cancelling them.
 _SHUTDOWN_TIMEOUT = 0.5
 
+#: Pending connections the listening socket queues (the kernel caps it at
+#: ``somaxconn``); aiohttp's default of 128 drops SYNs when a thousand
+#: clients connect at once, which stalls them for seconds.
+_BACKLOG = 2048
+
 
 class _CountingServer(web.Server):
     """An aiohttp low-level server that reports connections opening and closing."""
@@ -131,7 +136,7 @@ class LLMServer:
         )
         await runner.setup()
         try:
-            site = web.TCPSite(runner, self.host, self._port)
+            site = web.TCPSite(runner, self.host, self._port, backlog=_BACKLOG)
             await site.start()
         except BaseException:
             await runner.cleanup()
