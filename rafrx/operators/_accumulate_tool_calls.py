@@ -74,6 +74,8 @@ class ToolCallAccumulator:
             case u.TextDelta(delta):
                 return (self._result((TextContent(delta, meta=meta),)),)
             case u.ToolCallArgs(call_id, args_delta):
+                if not args_delta:
+                    return ()  # an empty delta (some servers send one after the end)
                 call = self._calls.get(call_id)
                 if call is None or call.ended:
                     raise ProtocolError(f"arguments for a tool call that is not open: {call_id!r}")

@@ -97,10 +97,21 @@ class Chain(Generic[A, B]):
         self._owed = self._run(stage + 1, produced)
 
     def finish(self) -> Sequence[B]:
-        items: list[Any] = []
-        for stage in self._stages:
-            items = [out for x in items for out in stage.step(x)]
-            items.extend(stage.finish())
+        items: Sequence[Any] = _NOTHING
+        for k, stage in enumerate(self._stages):
+            produced: list[Any] = []
+            for x in items:
+                try:
+                    produced.extend(stage.step(x))
+                except Exception:
+                    self._raised(k, produced)
+                    raise
+            try:
+                produced.extend(stage.finish())
+            except Exception:
+                self._raised(k, produced)
+                raise
+            items = produced
         return items
 
     def fail(self, error: Exception) -> Sequence[B]:
@@ -155,12 +166,12 @@ def reducer_operator(factory: Callable[[], Reducer[A, B]]) -> Operator[A, B]:
             def on_completed() -> None:
                 if stopped:
                     return
-                stop()
                 try:
                     outputs = reducer.finish()
-                except Exception as exc:
-                    observer.on_error(exc)
+                except Exception as exc:  # fail exactly as if upstream had failed
+                    on_error(exc)
                     return
+                stop()
                 for out in outputs:
                     observer.on_next(out)
                 observer.on_completed()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 
+from rafrx.errors import ProtocolError
 from rafrx.operators._reducer import reducer_operator
 from rafrx.typing import Operator
 from rafrx.updates import (
@@ -34,6 +35,15 @@ class _Slot:
         self.name: str | None = None
         self.started = False
         self.held: list[str] = []
+
+
+def _check_named(index: int, slot: _Slot) -> None:
+    """A call that sent arguments but never a name cannot be run: say so, lose nothing."""
+    if not slot.started and slot.held:
+        raise ProtocolError(
+            f"tool call at index {index} (id {slot.id!r}) sent arguments "
+            f"{''.join(slot.held)[:200]!r} but never a name"
+        )
 
 
 class LegacyDeltaSplitter:
@@ -73,6 +83,8 @@ class LegacyDeltaSplitter:
     def _delta(self, delta: ToolCallDelta) -> list[AgentResponseUpdate]:
         slot = self._slots.get(delta.index)
         if slot is None or (delta.id and slot.id and delta.id != slot.id):
+            if slot is not None:
+                _check_named(delta.index, slot)
             slot = self._slots[delta.index] = _Slot(delta.id or None)
         elif delta.id and not slot.id:
             slot.id = delta.id
@@ -97,6 +109,8 @@ class LegacyDeltaSplitter:
         return out
 
     def _end_all(self) -> list[AgentResponseUpdate]:
+        for index, slot in self._slots.items():
+            _check_named(index, slot)
         out: list[AgentResponseUpdate] = [ToolCallEnd(slot.id or "") for slot in self._open]
         self._open.clear()
         self._slots.clear()

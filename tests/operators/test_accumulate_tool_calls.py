@@ -23,6 +23,7 @@ from rafrx.content import (
 )
 from rafrx.errors import LimitExceeded, ProtocolError, ProviderError
 from rafrx.events import FinishEvent, ResponseStartedEvent, ToolApprovalRequestEvent
+from rafrx.operators._accumulate_tool_calls import ToolCallAccumulator
 from rafrx.response import AgentResponseResult, FinishReason, Usage
 from tests.operators import contents, marble, records, run, subscribed
 
@@ -314,3 +315,10 @@ def test_state_is_per_subscription() -> None:
     assert first == second
     assert first[0].events == (ResponseStartedEvent("r", "m"),)
     assert len(second) == 5
+
+
+def test_an_empty_argument_delta_after_the_end_is_tolerated() -> None:
+    acc = ToolCallAccumulator()
+    acc.step(u.ToolCallStart("a", "f"))
+    acc.step(u.ToolCallEnd("a"))
+    assert acc.step(u.ToolCallArgs("a", "")) == ()

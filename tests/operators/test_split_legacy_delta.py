@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 import reactivex
 from reactivex.testing import ReactiveTest
 
 from rafrx import operators as ops
 from rafrx import updates as u
+from rafrx.errors import ProtocolError
 from rafrx.operators._split_legacy_delta import LegacyDeltaSplitter
 from rafrx.response import FinishReason, Usage
 from tests.operators import marble, records, run, subscribed
@@ -254,4 +256,26 @@ def test_the_reducer_directly() -> None:
     assert splitter.step(D(0, name="f")) == [S("a", "f"), A("a", "{")]
     assert splitter.fail(RuntimeError("x")) == ()
     assert splitter.finish() == [E("a")]
+    assert splitter.finish() == []
+
+
+def test_a_call_with_arguments_but_no_name_is_a_protocol_error() -> None:
+    splitter = LegacyDeltaSplitter()
+    assert splitter.step(u.ToolCallDelta(0, id="a", arguments_delta='{"x": 1}')) == []
+    with pytest.raises(ProtocolError, match="never a name"):
+        splitter.step(u.Finish(FinishReason.TOOL_CALLS))
+
+
+def test_a_nameless_call_replaced_by_a_new_id_is_a_protocol_error() -> None:
+    splitter = LegacyDeltaSplitter()
+    splitter.step(u.ToolCallDelta(0, id="a", arguments_delta="{}"))
+    with pytest.raises(ProtocolError, match="index 0"):
+        splitter.step(u.ToolCallDelta(0, id="b", name="f"))
+
+
+def test_an_empty_nameless_delta_after_finish_is_ignored() -> None:
+    splitter = LegacyDeltaSplitter()
+    splitter.step(u.ToolCallDelta(0, id="a", name="f", arguments_delta="{}"))
+    splitter.step(u.Finish(FinishReason.TOOL_CALLS))
+    assert splitter.step(u.ToolCallDelta(0)) == []
     assert splitter.finish() == []
