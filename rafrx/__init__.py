@@ -13,7 +13,7 @@ Example:
     'Hello'
 """
 
-from rafrx import content, errors, events, operators, updates
+from rafrx import content, errors, events, operators, sources, updates
 from rafrx.agent import Agent
 from rafrx.content import (
     Content,
@@ -56,18 +56,29 @@ from rafrx.errors import (
 from rafrx.events import Event, FinishEvent, ResponseStartedEvent, ToolApprovalRequestEvent
 from rafrx.history import ContextProvider, HistoryProvider, InMemoryHistoryProvider
 from rafrx.messages import ChatMessage, MessageRole, MessageSource, ToolCall
+from rafrx.notebook import live, timeline
 from rafrx.operators import (
     accumulate_tool_calls,
     aggregate,
     convert,
+    execute_tools,
     flush_tool_calls,
     parse_args_stream,
     split_legacy_delta,
 )
 from rafrx.operators._aggregate import collect_agent_response
+from rafrx.recorder import record, replay
 from rafrx.response import AgentResponse, AgentResponseResult, FinishReason, Usage
-from rafrx.sources.clients import AnthropicClient, OpenAIChatClient, OpenAIResponsesClient
-from rafrx.tools import tool
+from rafrx.sources import UpdateDecoder, from_sse
+from rafrx.sources.clients import (
+    AnthropicClient,
+    LLMClient,
+    OpenAIChatClient,
+    OpenAIResponsesClient,
+    RetryPolicy,
+    Timeouts,
+)
+from rafrx.tools import Tool, ToolApprovalResponse, tool
 from rafrx.updates import AgentResponseUpdate
 
 __version__ = "0.1.0"
@@ -93,6 +104,7 @@ __all__ = [
     "InMemoryHistoryProvider",
     "IncompleteStream",
     "InvalidToolArguments",
+    "LLMClient",
     "LimitExceeded",
     "MalformedEvent",
     "MaxStepsExceeded",
@@ -106,11 +118,15 @@ __all__ = [
     "ReasoningContent",
     "ResponseMetadata",
     "ResponseStartedEvent",
+    "RetryPolicy",
     "StreamInterrupted",
     "StreamTimeout",
     "TextContent",
+    "Timeouts",
+    "Tool",
     "ToolApprovalDenied",
     "ToolApprovalRequestEvent",
+    "ToolApprovalResponse",
     "ToolCall",
     "ToolCallArgsContent",
     "ToolCallArgsParsedContent",
@@ -124,6 +140,7 @@ __all__ = [
     "ToolNotFound",
     "ToolTimeout",
     "TransportError",
+    "UpdateDecoder",
     "UriContent",
     "Usage",
     "UsageContent",
@@ -134,10 +151,17 @@ __all__ = [
     "convert",
     "errors",
     "events",
+    "execute_tools",
     "flush_tool_calls",
+    "from_sse",
+    "live",
     "operators",
     "parse_args_stream",
+    "record",
+    "replay",
+    "sources",
     "split_legacy_delta",
+    "timeline",
     "tool",
     "updates",
 ]
