@@ -1,0 +1,53 @@
+"""Calling a sync or async function from async code without blocking the event loop.
+
+Async functions (and async callable objects, also behind
+``functools.partial``) run on the loop; sync ones run in a worker thread
+with :func:`asyncio.to_thread`. A sync function that returns an awaitable
+has it awaited too.
+
+Example:
+    >>> import asyncio
+    >>> async def double(x: int) -> int:
+    ...     return 2 * x
+    >>> is_async(double), is_async(len)
+    (True, False)
+    >>> asyncio.run(call_function(double, [21], {})), asyncio.run(call_function(len, ["abc"], {}))
+    (42, 3)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+__all__ = ["call_function", "is_async"]
+
+
+def is_async(fn: Callable[..., Any]) -> bool:
+    """Whether calling ``fn`` returns a coroutine (a coroutine function or async callable).
+
+    Example:
+        >>> async def ping() -> None: ...
+        >>> is_async(functools.partial(ping)), is_async(print)
+        (True, False)
+    """
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    call = getattr(fn, "__call__", None)  # noqa: B004 - async callable objects
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(call)
+
+
+async def call_function(
+    fn: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str, Any]
+) -> Any:
+    """Call ``fn(*args, **kwargs)`` (in a worker thread if sync) and return its awaited value."""
+    if is_async(fn):
+        result = fn(*args, **kwargs)
+    else:
+        result = await asyncio.to_thread(functools.partial(fn, *args, **kwargs))
+    if inspect.isawaitable(result):
+        result = await result
+    return result

@@ -1,0 +1,273 @@
+"""JSON schemas from Python type hints, with converters from validated JSON back to Python.
+
+Each hint gives a pair: the JSON schema the model sees, and a function that
+turns a value that passed that schema into the Python value the tool
+expects (``int`` for whole floats, enum members, attrs instances, tuples,
+dates). :func:`function_schema` does this for every parameter of a function
+and returns a binder that splits converted arguments into ``(args, kwargs)``.
+
+Example:
+    >>> import enum
+    >>> class Unit(enum.Enum):
+    ...     C = "celsius"
+    ...     F = "fahrenheit"
+    >>> schema, convert = type_schema(list[Unit] | None)
+    >>> schema
+    {'anyOf': [{'type': 'array', 'items': {'type': 'string', 'enum': ['celsius', 'fahrenheit']}}, {'type': 'null'}]}
+    >>> convert(["celsius"])
+    [<Unit.C: 'celsius'>]
+    >>> def f(city: str, /, days: int = 1) -> None: ...
+    >>> schema, bind = function_schema(f, {"city": "The city."})
+    >>> schema["properties"]
+    {'city': {'type': 'string', 'description': 'The city.'}, 'days': {'type': 'integer', 'default': 1}}
+    >>> bind({"city": "Oslo", "days": 2.0})
+    (['Oslo'], {'days': 2})
+"""  # noqa: E501
+
+from __future__ import annotations
+
+import datetime
+import enum
+import inspect
+import json
+import types
+import typing
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Annotated, Any, Literal, TypeAlias, Union
+
+import attrs
+
+from rafrx._docstrings import parse_docstring
+from rafrx._schema_check import check, json_type
+
+__all__ = ["Binder", "Converter", "function_schema", "type_schema"]
+
+Converter: TypeAlias = Callable[[Any], Any]
+"""Turns a value that passed a schema into the Python value of the type hint."""
+
+Binder: TypeAlias = Callable[[Mapping[str, Any]], tuple[list[Any], dict[str, Any]]]
+"""Turns validated arguments into a function's converted ``(args, kwargs)``."""
+
+_REQUIRED = object()  # a property without a default
+_NO_DEFAULT = object()  # an optional property whose default has no JSON form
+
+
+def _identity(value: Any) -> Any:
+    return value
+
+
+def type_schema(hint: Any, seen: tuple[type, ...] = ()) -> tuple[dict[str, Any], Converter]:
+    """The JSON schema of a type hint, and the converter from validated JSON to it.
+
+    Args:
+        hint: The type hint (``Any``/``object``/no hint allow any value).
+        seen: The attrs classes being expanded, to refuse recursive types.
+
+    Raises:
+        TypeError: the hint has no JSON schema (or is recursive, or is a
+            ``dict`` with non-``str`` keys).
+
+    Example:
+        >>> type_schema(tuple[int, str])[0]["prefixItems"]
+        [{'type': 'integer'}, {'type': 'string'}]
+    """
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if hint is Any or hint is inspect.Parameter.empty or hint is object:
+        return {}, _identity
+    if origin is Annotated:
+        schema, convert = type_schema(args[0], seen)
+        docs = [a for a in args[1:] if isinstance(a, str)]
+        return ({**schema, "description": docs[0]} if docs else schema), convert
+    if hint is None or hint is type(None):
+        return {"type": "null"}, _identity
+    if hint is bool:
+        return {"type": "boolean"}, _identity
+    if hint is int:
+        return {"type": "integer"}, int
+    if hint is float:
+        return {"type": "number"}, float
+    if hint is str:
+        return {"type": "string"}, _identity
+    if hint is datetime.datetime:
+        return {"type": "string", "format": "date-time"}, datetime.datetime.fromisoformat
+    if hint is datetime.date:
+        return {"type": "string", "format": "date"}, datetime.date.fromisoformat
+    if origin is Union or origin is types.UnionType:
+        return _union_schema(args, seen)
+    if origin is Literal:
+        return _literal_schema(args), _identity
+    if isinstance(hint, type) and issubclass(hint, enum.Enum):
+        return _literal_schema([m.value for m in hint]), hint
+    if origin in (list, Sequence, Iterable) or hint is list:
+        item_schema, item = type_schema(args[0] if args else Any, seen)
+        return {"type": "array", "items": item_schema}, lambda v: [item(x) for x in v]
+    if origin is tuple or hint is tuple:
+        return _tuple_schema(args or (Any, ...), seen)
+    if origin in (dict, Mapping) or hint is dict:
+        if args and args[0] is not str:
+            raise TypeError(f"dict keys must be str in a tool schema, not {args[0]!r}")
+        value_schema, value = type_schema(args[1] if args else Any, seen)
+        schema = {"type": "object", "additionalProperties": value_schema}
+        return schema, lambda v: {k: value(x) for k, x in v.items()}
+    if isinstance(hint, type) and attrs.has(hint):
+        return _attrs_schema(hint, seen)
+    raise TypeError(f"unsupported type in a tool schema: {hint!r}")
+
+
+def function_schema(fn: Callable[..., Any], docs: Mapping[str, str]) -> tuple[Any, Binder]:
+    """The object schema of a function's parameters, and the binder of its arguments.
+
+    Parameters with a default are optional (the default is in the schema when
+    it has a JSON form); positional-only parameters are passed positionally.
+
+    Args:
+        fn: The function.
+        docs: Each parameter's description (from the docstring's ``Args:``).
+
+    Raises:
+        TypeError: a parameter's hint has no JSON schema, or ``fn`` takes
+            ``*args`` / ``**kwargs``.
+    """
+    signature = inspect.signature(fn)
+    hints = typing.get_type_hints(fn, include_extras=True)
+    positional = [p.name for p in signature.parameters.values() if p.kind is p.POSITIONAL_ONLY]
+
+    def properties() -> Iterator[tuple[str, Any, Any]]:
+        for param in signature.parameters.values():
+            if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+                raise TypeError(f"a tool cannot take *args or **kwargs: {fn.__name__}({param})")
+            if param.default is param.empty:
+                default = _REQUIRED
+            else:
+                default = _json_default_value(param.default)
+            yield param.name, hints.get(param.name, Any), default
+
+    schema, converters = _object_schema(properties(), docs, ())
+
+    def bind(arguments: Mapping[str, Any]) -> tuple[list[Any], dict[str, Any]]:
+        values = {k: converters[k](v) for k, v in arguments.items()}
+        args = []
+        for name in positional:  # positional-only: in order, stopping at the first absent
+            if name not in values:
+                break
+            args.append(values.pop(name))
+        return args, values
+
+    return schema, bind
+
+
+def _object_schema(
+    properties: Iterable[tuple[str, Any, Any]],
+    docs: Mapping[str, str],
+    seen: tuple[type, ...],
+) -> tuple[dict[str, Any], dict[str, Converter]]:
+    """A closed object schema of ``(name, hint, default)`` triples, and each one's converter.
+
+    ``default`` is ``_REQUIRED`` for a required property, ``_NO_DEFAULT`` for an
+    optional one without a schema default, else the JSON default.
+    """
+    schemas: dict[str, Any] = {}
+    converters: dict[str, Converter] = {}
+    required: list[str] = []
+    for name, hint, default in properties:
+        schema, convert = type_schema(hint, seen)
+        if docs.get(name):
+            schema = {**schema, "description": docs[name]}
+        if default is _REQUIRED:
+            required.append(name)
+        elif default is not _NO_DEFAULT:
+            schema = {**schema, "default": default}
+        schemas[name], converters[name] = schema, convert
+    object_schema = {
+        "type": "object",
+        "properties": schemas,
+        "required": required,
+        "additionalProperties": False,
+    }
+    return object_schema, converters
+
+
+def _attrs_schema(cls: type, seen: tuple[type, ...]) -> tuple[dict[str, Any], Converter]:
+    if cls in seen:
+        raise TypeError(f"recursive types are not supported in a tool schema: {cls.__name__}")
+    hints = typing.get_type_hints(cls, include_extras=True)
+    description, docs = parse_docstring(cls.__doc__)
+    properties = (
+        (
+            field.alias or field.name,
+            hints.get(field.name, Any),
+            _REQUIRED if field.default is attrs.NOTHING else _NO_DEFAULT,
+        )
+        for field in attrs.fields(cls)
+        if field.init
+    )
+    schema, converters = _object_schema(properties, docs, (*seen, cls))
+    if description and not description.startswith(f"{cls.__name__}("):
+        schema = {"description": description, **schema}
+
+    def convert(value: Mapping[str, Any]) -> Any:
+        return cls(**{k: converters[k](v) for k, v in value.items()})
+
+    return schema, convert
+
+
+def _union_schema(args: tuple[Any, ...], seen: tuple[type, ...]) -> tuple[dict[str, Any], Any]:
+    members = [a for a in args if a is not type(None)]
+    nullable = len(members) < len(args)
+    parts = [type_schema(a, seen) for a in members]
+    if len(parts) == 1:
+        schema, inner = parts[0]
+        if not nullable:
+            return schema, inner
+        return _with_null(schema), lambda v: None if v is None else inner(v)
+    any_of = [s for s, _ in parts] + ([{"type": "null"}] if nullable else [])
+
+    def convert(value: Any) -> Any:
+        if value is None and nullable:
+            return None
+        for schema, inner in parts:
+            if check(schema, value, "") is None:
+                return inner(value)
+        return value
+
+    return {"anyOf": any_of}, convert
+
+
+def _tuple_schema(args: tuple[Any, ...], seen: tuple[type, ...]) -> tuple[dict[str, Any], Any]:
+    if len(args) == 2 and args[1] is Ellipsis:
+        item_schema, item = type_schema(args[0], seen)
+        return {"type": "array", "items": item_schema}, lambda v: tuple(item(x) for x in v)
+    parts = [type_schema(a, seen) for a in args]
+    schema = {
+        "type": "array",
+        "prefixItems": [s for s, _ in parts],
+        "items": False,
+        "minItems": len(parts),
+        "maxItems": len(parts),
+    }
+    return schema, lambda v: tuple(c(x) for (_, c), x in zip(parts, v, strict=True))
+
+
+def _with_null(schema: dict[str, Any]) -> dict[str, Any]:
+    if set(schema) <= {"type", "description"} and isinstance(schema.get("type"), str):
+        return {**schema, "type": [schema["type"], "null"]}
+    return {"anyOf": [schema, {"type": "null"}]}
+
+
+def _literal_schema(values: Sequence[Any]) -> dict[str, Any]:
+    schema: dict[str, Any] = {}
+    kinds = {json_type(v) for v in values}
+    if len(kinds) == 1:
+        schema["type"] = kinds.pop()
+    schema["enum"] = list(values)
+    return schema
+
+
+def _json_default_value(value: Any) -> Any:
+    if isinstance(value, enum.Enum):
+        value = value.value
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError):
+        return _NO_DEFAULT
+    return value

@@ -1,0 +1,175 @@
+"""Checking parsed JSON against the subset of JSON Schema that tool schemas use.
+
+Supported keywords: ``type`` (a name or a list of names), ``enum``,
+``anyOf``/``oneOf``, ``items``/``prefixItems``/``minItems``/``maxItems``,
+``properties``/``required``/``additionalProperties``. An integer is a
+``number``, and a float with no fraction is an ``integer``; a boolean is
+never a number. Errors name the argument they are about.
+
+Example:
+    >>> schema = {"type": "object", "properties": {"n": {"type": "integer"}},
+    ...     "required": ["n"], "additionalProperties": False}
+    >>> check_object(schema, {"n": 2}, "")
+    []
+    >>> check_object(schema, {"n": True, "m": 1}, "")
+    ["argument 'n': expected integer, got boolean true", "unexpected argument 'm' (expected: n)"]
+    >>> check({"type": "array", "items": {"type": "string"}}, ["a", 1], "tags")
+    "argument 'tags[1]': expected string, got integer 1"
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+__all__ = ["check", "check_object", "json_type", "show"]
+
+
+def json_type(value: Any) -> str:
+    """The JSON type name of a parsed JSON value (the Python type's name otherwise).
+
+    Example:
+        >>> json_type(True), json_type(1), json_type(1.5), json_type(None), json_type((1,))
+        ('boolean', 'integer', 'number', 'null', 'array')
+    """
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list | tuple):
+        return "array"
+    if isinstance(value, Mapping):
+        return "object"
+    return type(value).__name__
+
+
+def show(value: Any) -> str:
+    """A value for an error message: its JSON type and its JSON text, cut at 40 characters.
+
+    Example:
+        >>> show("x" * 50)
+        'string "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx...'
+    """
+    try:
+        text = json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError):
+        text = repr(value)
+    if len(text) > 40:
+        text = text[:37] + "..."
+    return f"{json_type(value)} {text}"
+
+
+def check(schema: Mapping[str, Any] | bool, value: Any, path: str) -> str | None:
+    """The first way ``value`` breaks the (JSON-schema subset) ``schema``, or ``None``.
+
+    Args:
+        schema: The schema; ``True`` or ``{}`` allow anything, ``False`` nothing.
+        value: The parsed JSON value.
+        path: Where the value is (``"a.b[0]"``), for the message; ``""`` at the top.
+    """
+    if schema is True or schema == {}:
+        return None
+    if schema is False:
+        return f"{_where(path)}not allowed"
+    assert isinstance(schema, Mapping)
+    kinds = _kinds(schema)
+    if kinds is not None and not _fits(value, kinds):
+        return f"{_where(path)}expected {' or '.join(kinds)}, got {show(value)}"
+    if "enum" in schema and not any(
+        value == v and json_type(value) == json_type(v) for v in schema["enum"]
+    ):
+        options = ", ".join(json.dumps(v, ensure_ascii=False) for v in schema["enum"])
+        return f"{_where(path)}expected one of {options}, got {show(value)}"
+    for key in ("anyOf", "oneOf"):
+        if key in schema:
+            branches = [(s, check(s, value, path)) for s in schema[key]]
+            if all(error for _, error in branches):
+                # a branch of the value's own type explains best (not "expected null")
+                near = [e for s, e in branches if e and _same_type(s, value)]
+                return near[0] if len(near) == 1 else " or ".join(e for _, e in branches if e)
+    if isinstance(value, list | tuple):
+        return _check_array(schema, value, path)
+    if isinstance(value, Mapping):
+        errors = check_object(schema, value, path)
+        return errors[0] if errors else None
+    return None
+
+
+def check_object(schema: Mapping[str, Any], value: Mapping[str, Any], path: str) -> list[str]:
+    """Every way the object ``value`` breaks the object ``schema`` (missing, unexpected, wrong).
+
+    Args:
+        schema: An object schema.
+        value: The parsed JSON object.
+        path: Where the object is, for the messages; ``""`` at the top.
+    """
+    errors: list[str] = []
+    properties: Mapping[str, Any] = schema.get("properties", {})
+    prefix = f"{path}." if path else ""
+    for name in schema.get("required", ()):
+        if name not in value:
+            errors.append(f"missing required argument {prefix + name!r}")
+    extra = schema.get("additionalProperties", True)
+    for name, item in value.items():
+        sub = properties.get(name, extra)
+        if sub is False:
+            expected = ", ".join(properties) or "none"
+            errors.append(f"unexpected argument {prefix + name!r} (expected: {expected})")
+            continue
+        error = check(sub, item, prefix + name)
+        if error:
+            errors.append(error)
+    return errors
+
+
+def _check_array(schema: Mapping[str, Any], value: Sequence[Any], path: str) -> str | None:
+    low, high = schema.get("minItems"), schema.get("maxItems")
+    if (low is not None and len(value) < low) or (high is not None and len(value) > high):
+        count = low if low == high else f"{low or 0}..{high if high is not None else ''}"
+        return f"{_where(path)}expected {count} items, got {len(value)}"
+    prefix = schema.get("prefixItems", [])
+    for i, item in enumerate(value):
+        sub = prefix[i] if i < len(prefix) else schema.get("items", True)
+        error = check(sub, item, f"{path}[{i}]")
+        if error:
+            return error
+    return None
+
+
+def _kinds(schema: Mapping[str, Any]) -> list[str] | None:
+    """The schema's ``type`` as a list of names, or ``None`` when it has none."""
+    kind = schema.get("type")
+    if kind is None:
+        return None
+    return [kind] if isinstance(kind, str) else list(kind)
+
+
+def _fits(value: Any, kinds: list[str]) -> bool:
+    return any(_is_type(value, k) for k in kinds)
+
+
+def _is_type(value: Any, kind: str) -> bool:
+    actual = json_type(value)
+    if kind == "number":
+        return actual in ("integer", "number")
+    if kind == "integer":
+        return actual == "integer" or (actual == "number" and float(value).is_integer())
+    return actual == kind
+
+
+def _same_type(schema: Mapping[str, Any] | bool, value: Any) -> bool:
+    if not isinstance(schema, Mapping):
+        return False
+    kinds = _kinds(schema)
+    return kinds is not None and _fits(value, kinds)
+
+
+def _where(path: str) -> str:
+    return f"argument {path!r}: " if path else ""
