@@ -36,11 +36,11 @@ import attrs
 
 from rafrx import content as c
 from rafrx.events import FinishEvent, ResponseStartedEvent, ToolApprovalRequestEvent
-from rafrx.response import AgentResponse, AgentResponseResult, Usage
+from rafrx.notebook._format import LONG_ARG_BYTES, human_size, usage_line
+from rafrx.response import AgentResponse, AgentResponseResult
 
 __all__ = ["TerminalRenderer", "supports_color"]
 
-_LONG_ARG_BYTES: Final = 80
 _PREVIEW: Final = 100
 
 
@@ -77,14 +77,6 @@ def supports_color(stream: TextIO) -> bool:
         return False
     isatty = getattr(stream, "isatty", None)
     return bool(isatty and isatty())
-
-
-def _size(n: int) -> str:
-    if n < 1024:
-        return f"{n} B"
-    if n < 1024 * 1024:
-        return f"{n / 1024:.1f} KiB"
-    return f"{n / (1024 * 1024):.1f} MiB"
 
 
 def _short(value: Any, limit: int = _PREVIEW) -> str:
@@ -160,7 +152,7 @@ class TerminalRenderer:
         self._errors.clear()
         parts = [f"finish: {response.finish_reason}"]
         if response.usage is not None:
-            parts.insert(0, _usage(response.usage))
+            parts.insert(0, usage_line(response.usage))
         if response.model:
             parts.append(f"model: {response.model}")
         self._line(" · ".join(parts), _DIM)
@@ -191,7 +183,7 @@ class TerminalRenderer:
             args = _short(event.arguments)
             self._line(f"{self.style.ask} approval asked: {event.name}({args})", _YELLOW)
         elif isinstance(event, FinishEvent) and event.usage is not None:
-            self._line(f"{_usage(event.usage)} · {event.finish_reason}", _DIM)
+            self._line(f"{usage_line(event.usage)} · {event.finish_reason}", _DIM)
 
     def _content(self, item: c.Content) -> None:
         match item:
@@ -224,7 +216,7 @@ class TerminalRenderer:
 
     def _on_progress(self, call_id: str, name: str, received: int) -> None:
         self._progress[(call_id, name)] = received
-        if not self.color or received < _LONG_ARG_BYTES:
+        if not self.color or received < LONG_ARG_BYTES:
             return  # plain output: the size is printed once the argument is complete
         now = time.monotonic()
         if self._mode == "progress" and now - self._last_progress < self._interval:
@@ -235,22 +227,19 @@ class TerminalRenderer:
         else:
             self._break()
         spinner = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"[int(now * 10) % 10]
-        self.stream.write(self._paint(f"{self.style.arg}{name} {spinner} {_size(received)}", _DIM))
+        self.stream.write(
+            self._paint(f"{self.style.arg}{name} {spinner} {human_size(received)}", _DIM)
+        )
         self.stream.flush()
         self._mode = "progress"
 
     def _on_parsed(self, call_id: str, name: str, value: Any) -> None:
         received = self._progress.pop((call_id, name), None)
-        if received is not None and received >= _LONG_ARG_BYTES:
+        if received is not None and received >= LONG_ARG_BYTES:
             first = value.splitlines()[0] if isinstance(value, str) and value else ""
-            self._line(f"{self.style.arg}{name}: {_size(received)} received · {_short(first, 60)}")
+            self._line(
+                f"{self.style.arg}{name}: {human_size(received)} received · {_short(first, 60)}"
+            )
         else:
             text = json.dumps(value, ensure_ascii=False, default=repr)
             self._line(f"{self.style.arg}{name} = {_short(text)}")
-
-
-def _usage(usage: Usage) -> str:
-    return (
-        f"tokens: {usage.prompt_tokens} in / {usage.completion_tokens} out"
-        f" / {usage.total_tokens} total"
-    )

@@ -1,0 +1,101 @@
+"""HTML fragments for rafrx values: they back the ``_repr_html_`` of the model classes.
+
+Everything model-made is escaped: a ``<script>`` in a reply stays text.
+
+Example:
+    >>> from rafrx.content import TextContent
+    >>> content_html(TextContent("<b>hi</b>"))
+    '<span class="rafrx-text">&lt;b&gt;hi&lt;/b&gt;</span>'
+"""
+
+from __future__ import annotations
+
+from html import escape
+from typing import TYPE_CHECKING
+
+from rafrx import content as c
+from rafrx.notebook._format import json_html
+
+if TYPE_CHECKING:
+    from rafrx.messages import ChatMessage
+    from rafrx.response import AgentResponse, AgentResponseResult
+
+__all__ = ["content_html", "message_html", "response_html", "result_html"]
+
+
+def content_html(item: c.Content) -> str:
+    """One content item as an HTML fragment."""
+    match item:
+        case c.TextContent(text):
+            return f'<span class="rafrx-text">{escape(text)}</span>'
+        case c.ReasoningContent(text):
+            return f'<span class="rafrx-reasoning" style="color:#888">{escape(text)}</span>'
+        case c.UriContent(uri, media_type):
+            kind = f" ({escape(media_type)})" if media_type else ""
+            return f'<span class="rafrx-uri">🔗 <code>{escape(uri)}</code>{kind}</span>'
+        case c.ToolCallStartContent(call_id, name):
+            return f"<div>▶ tool call <b>{escape(name)}</b> <code>{escape(call_id)}</code></div>"
+        case c.ToolCallArgsContent(call_id, delta):
+            return f"<code>{escape(delta)}</code>"
+        case c.ToolCallArgsParsedContent(call_id, name, value):
+            return f"<div>✓ <b>{escape(name)}</b> = <code>{json_html(value)}</code></div>"
+        case c.ToolCallArgsProgressContent(call_id, name, received, value):
+            return f"<div>… <b>{escape(name)}</b> {received} bytes</div>"
+        case c.ToolCallEndContent(call_id):
+            return f"<div>■ arguments complete <code>{escape(call_id)}</code></div>"
+        case c.ToolCallingContent(call_id, name, arguments, raw, error):
+            shown = json_html(arguments) if error is None else escape(raw)
+            problem = f' <span style="color:#c00">{escape(error)}</span>' if error else ""
+            return (
+                f'<div class="rafrx-tool"><b>{escape(name)}</b>'
+                f"(<code>{shown}</code>){problem}</div>"
+            )
+        case c.ToolCalledContent(call_id, result, error):
+            if error is not None:
+                return f'<div style="color:#c00">✗ {escape(error)}</div>'
+            return f"<div>→ <code>{escape(result or '')}</code></div>"
+        case c.UsageContent(usage):
+            return (
+                f"<div>usage: {usage.prompt_tokens} in, {usage.completion_tokens} out, "
+                f"{usage.total_tokens} total</div>"
+            )
+        case c.ErrorContent(message):
+            return f'<div style="color:#c00">error: {escape(message)}</div>'
+    return escape(repr(item))
+
+
+def result_html(result: AgentResponseResult) -> str:
+    """One result chunk as HTML."""
+    parts = [content_html(item) for item in result.contents]
+    parts.extend(f"<div><i>{escape(repr(event))}</i></div>" for event in result.events)
+    return f'<div class="rafrx-result">{"".join(parts)}</div>'
+
+
+def message_html(message: ChatMessage) -> str:
+    """A chat message as HTML."""
+    calls = "".join(
+        f"<div>🔧 <b>{escape(call.name)}</b>(<code>{json_html(call.arguments)}</code>) "
+        f"<code>{escape(call.id)}</code></div>"
+        for call in message.tool_calls or ()
+    )
+    reasoning = (
+        f'<div style="color:#888">{escape(message.reasoning)}</div>' if message.reasoning else ""
+    )
+    return (
+        f'<div class="rafrx-message"><b>{escape(message.role.value)}</b>: '
+        f'{reasoning}<span style="white-space:pre-wrap">{escape(message.content)}</span>'
+        f"{calls}</div>"
+    )
+
+
+def response_html(response: AgentResponse) -> str:
+    """An :class:`~rafrx.AgentResponse` as HTML: transcript, finish and usage."""
+    rows = "".join(message_html(m) for m in response.turn_transcript)
+    usage = response.usage
+    footer = f"finish: {escape(str(response.finish_reason))}"
+    if usage is not None:
+        footer += f" · tokens {usage.prompt_tokens} in / {usage.completion_tokens} out"
+    if response.interrupted:
+        footer += ' · <span style="color:#c00">interrupted</span>'
+    model = escape(response.model or "")
+    return f'<div class="rafrx-response"><small>{model}</small>{rows}<small>{footer}</small></div>'
