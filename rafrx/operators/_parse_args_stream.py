@@ -33,12 +33,16 @@ class ArgsStreamParser:
 
     def step(self, result: AgentResponseResult) -> Sequence[AgentResponseResult]:
         contents = result.contents
-        if not contents or not any(type(c) is ToolCallArgsContent for c in contents):
-            for content in contents:
-                if type(content) is ToolCallStartContent:
-                    self._parsers[content.call_id] = StreamingArgsParser()
-                elif type(content) is ToolCallEndContent:
-                    self._parsers.pop(content.call_id, None)
+        has_args = False
+        for content in contents:
+            if isinstance(content, ToolCallArgsContent):
+                has_args = True
+                break
+            if isinstance(content, ToolCallStartContent):
+                self._parsers[content.call_id] = StreamingArgsParser()
+            elif isinstance(content, ToolCallEndContent):
+                self._parsers.pop(content.call_id, None)
+        if not has_args:
             return (result,)
         expanded: list[Content] = []
         for content in contents:

@@ -65,7 +65,17 @@ class Chain(Generic[A, B]):
         self._owed: Sequence[Any] = _NOTHING  # outputs due before that error
 
     def step(self, item: A) -> Sequence[B]:
-        return self._run(0, (item,))
+        # The hot path: one item in, usually one item out of every stage.
+        items: Sequence[Any] = (item,)
+        for k, stage in enumerate(self._stages):
+            if len(items) != 1:
+                return self._run(k, items)
+            try:
+                items = stage.step(items[0])
+            except Exception:
+                self._raised(k, _NOTHING)
+                raise
+        return items
 
     def _run(self, first: int, items: Sequence[Any]) -> Sequence[Any]:
         for k in range(first, len(self._stages)):
