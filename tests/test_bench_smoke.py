@@ -218,6 +218,7 @@ def test_concurrency_latency_uses_the_server_stamp() -> None:
             stats = measure(runner, server.url, 3, stamped=True)
             assert stats.failed == 0, stats.errors
             assert len(stats.latencies) == 15
+            assert len(stats.steady) == 9  # chunks 2, 3 and 4 of each stream
             assert all(0 <= x < 5 for x in stats.latencies)
     finally:
         server.close()
