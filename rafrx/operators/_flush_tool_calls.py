@@ -53,6 +53,9 @@ class _Pending:
         return ToolCallingContent(self.call_id, self.name, arguments, raw, error, meta=self.meta)
 
 
+_LIFECYCLE = frozenset({ToolCallStartContent, ToolCallArgsContent, ToolCallEndContent})
+
+
 class ToolCallFlusher:
     """The reducer behind :func:`flush_tool_calls`."""
 
@@ -68,6 +71,8 @@ class ToolCallFlusher:
         self._id, self._model = result.id, result.model
         eager: list[ToolCallingContent] = []
         for content in result.contents:
+            if type(content) not in _LIFECYCLE:
+                continue
             if isinstance(content, ToolCallArgsContent):
                 pending = self._calls.get(content.call_id)
                 if pending is not None:

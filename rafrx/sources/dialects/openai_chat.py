@@ -187,26 +187,37 @@ class OpenAIChatDialect:
     def _choice(
         self, event: ServerSentEvent, choice: dict[str, Any], out: list[AgentResponseUpdate]
     ) -> None:
-        finish = as_str(choice.get("finish_reason"))
+        finish = choice.get("finish_reason")
         if finish is not None:
-            self._finish = finish
+            finish = as_str(finish)
+            if finish is not None:
+                self._finish = finish
         delta = get_object(event, choice, "delta")
         if not delta:
             return
-        reasoning = as_str(delta.get("reasoning_content")) or as_str(delta.get("reasoning"))
+        # Most chunks carry one or two of these keys: look each up once, check types only
+        # for what is there (this runs for every chunk of every stream).
+        reasoning = delta.get("reasoning_content") or delta.get("reasoning")
         if reasoning is not None:
-            out.append(ReasoningDelta(reasoning))
+            reasoning = as_str(reasoning)
+            if reasoning is not None:
+                out.append(ReasoningDelta(reasoning))
         content = delta.get("content")
-        if isinstance(content, str):
-            if content:
-                out.append(TextDelta(content))
-        elif isinstance(content, list):
-            self._content_parts(event, content, out)
-        elif content is not None:
-            raise malformed(event, "'content' should be a string or an array")
-        refusal = as_str(delta.get("refusal"))
+        if content is not None:
+            if type(content) is str:
+                if content:
+                    out.append(TextDelta(content))
+            elif isinstance(content, list):
+                self._content_parts(event, content, out)
+            else:
+                raise malformed(event, "'content' should be a string or an array")
+        refusal = delta.get("refusal")
         if refusal is not None:
-            out.append(TextDelta(refusal))
+            refusal = as_str(refusal)
+            if refusal is not None:
+                out.append(TextDelta(refusal))
+        if "tool_calls" not in delta:
+            return
         for call in get_list(event, delta, "tool_calls"):
             if not isinstance(call, dict):
                 raise malformed(event, "a tool call delta should be an object")
