@@ -155,10 +155,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="smaller bodies and arguments")
     parser.add_argument("--repeat", type=int, default=7, help="timed runs per contender")
     parser.add_argument(
-        "--budget", type=float, default=10.0, help="seconds of timed runs per contender/scenario"
+        "--budget",
+        type=float,
+        help="seconds of timed runs per contender/scenario (default 10, --quick 3)",
     )
     parser.add_argument(
-        "--cap", type=float, default=10.0, help="stop a run after this many seconds (0: never)"
+        "--cap",
+        type=float,
+        help="stop a peer's run after this many seconds, 0: never (default 10, --quick 3)",
     )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-memory", action="store_true", help="skip the tracemalloc runs")
@@ -168,6 +172,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     started = time.perf_counter()
+    default = 3.0 if args.quick else 10.0
+    budget = default if args.budget is None else args.budget
+    cap = default if args.cap is None else args.cap
     if args.quick:
         scenarios = build_scenarios(scale=0.2, arg_sizes=(10_000, 30_000, 100_000), seed=args.seed)
     else:
@@ -186,8 +193,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 scenario,
                 applicable(scenario, only),
                 repeat=args.repeat,
-                budget=args.budget,
-                cap=args.cap or None,
+                budget=budget,
+                cap=cap or None,
                 memory=not args.no_memory,
                 seed=args.seed,
                 log=True,

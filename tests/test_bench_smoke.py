@@ -249,3 +249,17 @@ def test_target_verdicts_follow_the_figures() -> None:
     verdicts = {t.name: t for t in report.targets(results)}
     assert verdicts[limit.name].verdict == "MET"
     assert verdicts[openai.name].verdict == "MET"
+
+
+def test_the_command_line_prints_the_report(capsys: pytest.CaptureFixture[str]) -> None:
+    from bench.run import main
+
+    code = main(
+        ["--quick", "--scenarios", "anthropic/tools4-seq", "--only", "rafrx", "--repeat", "2"]
+    )
+    assert code == 0
+    out = capsys.readouterr().out
+    assert "**anthropic/tools4-seq**" in out
+    assert "| rafrx |" in out
+    assert "command: `python -m bench.run --quick" in out
+    assert "nproc" in out
