@@ -11,8 +11,8 @@ Example:
     >>> isinstance(err, RafrxError), err.status, err.retryable
     (True, 429, True)
 
-Secrets never reach an error: bodies are truncated to :data:`MAX_BODY_CHARS`
-and clients redact API keys before constructing one.
+Secrets never reach an error (clients redact API keys before constructing one),
+and messages and bodies are truncated to :data:`MAX_BODY_CHARS`.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ __all__ = [
     "TransportError",
 ]
 
-#: Longest response body (in characters) an error keeps; the rest is cut.
+#: Longest message or response body (in characters) an error keeps; the rest is cut.
 MAX_BODY_CHARS = 8192
 
 _RETRYABLE_STATUSES = frozenset({408, 409, 429, 500, 502, 503, 504, 529})
@@ -80,6 +80,7 @@ class RafrxError(Exception):
         body: str | None = None,
         retryable: bool | None = None,
     ) -> None:
+        message = _clip(message) or ""
         super().__init__(message)
         self.message = message
         self.status = status

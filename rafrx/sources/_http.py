@@ -62,6 +62,7 @@ __all__ = [
     "Timeouts",
     "parse_retry_after",
     "redact",
+    "redact_error",
     "stream_updates",
 ]
 
@@ -183,6 +184,26 @@ def redact(text: str, secrets: Sequence[str]) -> str:
         if secret:
             text = text.replace(secret, "***")
     return text
+
+
+def redact_error(error: RafrxError, secrets: Sequence[str]) -> RafrxError:
+    """``error`` with every secret in its text attributes replaced by ``***``.
+
+    For errors built from what the server sent (an in-band error event or a
+    malformed event that echoes the key): message, body, raw data, provider
+    fields.
+
+    Example:
+        >>> redact_error(RafrxError("bad key sk-123", body="sk-123"), ["sk-123"]).body
+        '***'
+    """
+    if not any(secrets):
+        return error
+    for name, value in list(vars(error).items()):
+        if isinstance(value, str):
+            setattr(error, name, redact(value, secrets))
+    error.args = tuple(redact(a, secrets) if isinstance(a, str) else a for a in error.args)
+    return error
 
 
 @final
@@ -401,6 +422,7 @@ class _StreamCall:
                     return
                 except RafrxError as err:
                     self._close()
+                    redact_error(err, self.request.secrets)
                     delay = None
                     if self.retry is not None and self.delivered == 0:
                         delay = self.retry.delay(err, attempt)

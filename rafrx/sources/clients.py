@@ -201,8 +201,8 @@ class LLMClient:
     def __repr__(self) -> str:
         key = "None" if self._api_key is None else "***"
         return (
-            f"{type(self).__name__}(base_url={self.base_url!r}, model={self.model!r}, "
-            f"api_key={key})"
+            f"{type(self).__name__}(base_url={_shown_url(self.base_url)!r}, "
+            f"model={self.model!r}, api_key={key})"
         )
 
     # ------------------------------------------------------------ to override
@@ -268,6 +268,19 @@ class LLMClient:
         tb: TracebackType | None,
     ) -> None:
         await self.aclose()
+
+
+def _shown_url(base_url: str) -> str:
+    """``base_url`` with its query values (which may hold a key) replaced by ``***``.
+
+    Example:
+        >>> _shown_url("https://example.com/v1?key=AIza123&alt=sse")
+        'https://example.com/v1?key=***&alt=***'
+    """
+    url = URL(base_url)
+    if not url.query_string:
+        return base_url
+    return str(url.with_query([(name, "***") for name in url.query]))
 
 
 def _endpoint(base_url: str, endpoint: str) -> URL:
