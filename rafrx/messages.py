@@ -210,6 +210,10 @@ def _parsed_call(call_id: str, name: str, raw: str) -> ToolCall:
         return ToolCall(call_id, name, json.loads(raw))
     except ValueError as exc:
         return ToolCall(call_id, name, None, raw_arguments=raw, error=f"invalid JSON: {exc}")
+    except RecursionError:
+        return ToolCall(
+            call_id, name, None, raw_arguments=raw, error="invalid JSON: nested too deeply"
+        )
 
 
 # ------------------------------------------------------------ Anthropic wire

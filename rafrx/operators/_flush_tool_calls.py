@@ -35,6 +35,8 @@ def parse_arguments(raw: str) -> tuple[Any, str | None]:
         return json.loads(raw), None
     except ValueError as exc:
         return None, f"invalid JSON arguments: {exc}"
+    except RecursionError:
+        return None, "invalid JSON arguments: nested too deeply"
 
 
 class _Pending:

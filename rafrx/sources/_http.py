@@ -554,7 +554,7 @@ def _provider_error(body: str) -> tuple[str | None, str | None]:
     """The provider's error message and type, from the usual JSON shapes."""
     try:
         data = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested too deeply to build
         return None, None
     if isinstance(data, list) and data and isinstance(data[0], Mapping):
         data = data[0]  # Gemini wraps its error in a list
