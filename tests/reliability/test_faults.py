@@ -53,7 +53,7 @@ async def call(c: LLMClient) -> Outcome:
     return await run_async(c.stream(USER))
 
 
-def assert_failed_cleanly(got: Outcome, kind: type[RafrxError]) -> RafrxError:
+def assert_failed_cleanly(got: Outcome, kind: Any) -> RafrxError:
     """``got`` failed with ``kind``, its partial holding exactly what was delivered."""
     error = got.error
     assert isinstance(error, kind), repr(error)
@@ -523,3 +523,35 @@ async def test_valid_json_of_the_wrong_shape(llm_server: LLMServer, fmt: str, n:
     data = bad.split(b"data: ", 1)[1].rstrip(b"\n").decode()
     assert error.raw == data
     assert got.updates == _updates(b"".join(events[:4]), fmt)
+
+
+# ---------------------------------------------------------------- deeply nested JSON
+
+DEEP = "[" * 50_000 + "]" * 50_000  # valid JSON that json.loads cannot build
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("fmt", FORMATS)
+async def test_deeply_nested_json_anywhere_is_a_typed_error(
+    llm_server: LLMServer, fmt: str
+) -> None:
+    from rafrx.testing import ToolCallSpec
+    from tests.reliability._support import tool_callings
+
+    arguments = '{"a": ' + DEEP + "}"
+    llm_server.enqueue(
+        Fault.status(500, body=DEEP.encode()),  # an error body
+        Replay(f"data: {DEEP}\n\n".encode()),  # an event
+        Replay(f"event: error\ndata: {DEEP}\n\n".encode()),  # an error event
+        Reply(tool_calls=[ToolCallSpec("f", arguments)], chunk_size=4096),  # tool arguments
+    )
+    async with client(llm_server, fmt) as c:
+        kinds: list[Any] = [HTTPStatusError, MalformedEvent, ProviderError | MalformedEvent]
+        for kind in kinds:
+            got = await call(c)
+            assert_failed_cleanly(got, kind)
+        got = await call(c)
+    assert got.error is None, repr(got.error)
+    (calling,) = tool_callings(got.results)
+    assert calling.error is not None
+    assert calling.raw_arguments == arguments

@@ -23,7 +23,7 @@ from functools import cache
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from rafrx import updates as u
@@ -247,8 +247,13 @@ def _loads(text: str) -> tuple[bool, Any]:
         return False, None
 
 
+DEEP = "[" * 50_000 + "]" * 50_000  # valid JSON that json.loads cannot build
+
+
 @settings(FUZZ, max_examples=60)
 @given(text=argument_texts(), cuts=st.lists(st.integers(0, 10**4), max_size=8))
+@example(text='{"a": ' + DEEP + "}", cuts=[7, 3000, 99_000])
+@example(text=" \u2000\t", cuts=[1])
 def test_random_arguments_through_the_pipeline(text: str, cuts: list[int]) -> None:
     points = [0, *sorted({c % (len(text) + 1) for c in cuts}), len(text)]
     pieces = [text[a:b] for a, b in itertools.pairwise(points)]
@@ -261,7 +266,7 @@ def test_random_arguments_through_the_pipeline(text: str, cuts: list[int]) -> No
     assert got.error is None, repr(got.error)
     (call,) = tool_callings(got.results)
     assert isinstance(call, ToolCallingContent)
-    ok, value = _loads(text) if text else (True, {})
+    ok, value = (True, {}) if not text or text.isspace() else _loads(text)  # blank: no arguments
     if ok:
         assert call.error is None
         assert call.arguments == value
@@ -272,6 +277,7 @@ def test_random_arguments_through_the_pipeline(text: str, cuts: list[int]) -> No
 
 @settings(FUZZ, max_examples=60)
 @given(text=argument_texts(), cuts=st.lists(st.integers(0, 10**4), max_size=8))
+@example(text=DEEP, cuts=[1, 50_001])
 def test_streaming_args_parser_agrees_with_json_loads(text: str, cuts: list[int]) -> None:
     points = [0, *sorted({c % (len(text) + 1) for c in cuts}), len(text)]
     parser = StreamingArgsParser()
@@ -283,3 +289,18 @@ def test_streaming_args_parser_agrees_with_json_loads(text: str, cuts: list[int]
     else:
         with pytest.raises(json.JSONDecodeError):
             parser.close()
+
+
+def test_deeply_nested_arguments_in_a_history_message_are_an_error() -> None:
+    from rafrx import ChatMessage
+
+    wire = {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [
+            {"id": "c", "type": "function", "function": {"name": "f", "arguments": DEEP}}
+        ],
+    }
+    (call,) = ChatMessage.from_openai(wire).tool_calls or ()
+    assert call.error is not None
+    assert call.raw_arguments == DEEP
