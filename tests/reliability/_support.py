@@ -35,17 +35,22 @@ from rafrx.sources.clients import AnthropicClient, OpenAIChatClient, OpenAIRespo
 __all__ = [
     "CLIENTS",
     "FIXTURES",
+    "MANIFEST",
     "Event",
     "FullRun",
     "Outcome",
-    "ResourceSnapshot",
     "count_fds",
     "expected_partial",
     "fixture",
     "full_run",
     "normalized",
     "parse_events",
+    "run_async",
+    "run_pipeline",
     "run_sync",
+    "settle",
+    "tool_callings",
+    "wait_for",
 ]
 
 FIXTURES = Path(__file__).resolve().parent.parent / "data" / "fixtures"
@@ -295,19 +300,6 @@ def tool_callings(results: list[AgentResponseResult]) -> list[ToolCallingContent
 def count_fds() -> int:
     """Open file descriptors of this process."""
     return len(os.listdir("/proc/self/fd"))
-
-
-@attrs.frozen
-class ResourceSnapshot:
-    """Tasks and file descriptors at one moment, to compare after a test."""
-
-    tasks: int
-    fds: int
-
-    @classmethod
-    async def take(cls) -> ResourceSnapshot:
-        await settle()
-        return cls(len(asyncio.all_tasks()), count_fds())
 
 
 async def settle(rounds: int = 5) -> None:
