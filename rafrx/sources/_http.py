@@ -52,7 +52,7 @@ from rafrx.errors import (
     TransportError,
 )
 from rafrx.sources._decoder import UpdateDecoder
-from rafrx.sse import check_content_type
+from rafrx.sse import DEFAULT_MAX_EVENT_BYTES, DEFAULT_MAX_LINE_BYTES, check_content_type
 from rafrx.updates import AgentResponseUpdate
 
 __all__ = [
@@ -219,6 +219,8 @@ class HTTPRequest:
     dialect: str
     headers: Mapping[str, str] = attrs.field(repr=False)
     secrets: tuple[str, ...] = attrs.field(default=(), repr=False)
+    max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
+    max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES
 
     @property
     def safe_url(self) -> str:
@@ -455,7 +457,12 @@ class _StreamCall:
                 status=response.status,
                 body=snippet,
             ) from None
-        decoder = UpdateDecoder(self.request.dialect)
+        request = self.request
+        decoder = UpdateDecoder(
+            request.dialect,
+            max_line_bytes=request.max_line_bytes,
+            max_event_bytes=request.max_event_bytes,
+        )
         await self._read_body(response, decoder)
         if self.stopped:
             return

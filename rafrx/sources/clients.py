@@ -45,6 +45,7 @@ from rafrx.sources._http import (
     Timeouts,
     stream_updates,
 )
+from rafrx.sse import DEFAULT_MAX_EVENT_BYTES, DEFAULT_MAX_LINE_BYTES
 from rafrx.updates import AgentResponseUpdate
 
 __all__ = [
@@ -169,6 +170,8 @@ class LLMClient:
         session: An ``aiohttp.ClientSession`` to use (never closed by the
             client); by default the client makes one per event loop.
         headers: More request headers.
+        max_line_bytes: Longest SSE line accepted (past it: ``LimitExceeded``).
+        max_event_bytes: Largest SSE event accepted (past it: ``LimitExceeded``).
         **params: More body fields (``temperature``, ``reasoning_effort`` …).
     """
 
@@ -186,9 +189,13 @@ class LLMClient:
         retry: RetryPolicy | None = None,
         session: aiohttp.ClientSession | None = None,
         headers: Mapping[str, str] | None = None,
+        max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
+        max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
         **params: Any,
     ) -> None:
         self.base_url = base_url
+        self.max_line_bytes = max_line_bytes
+        self.max_event_bytes = max_event_bytes
         self.model = model or self.default_model
         self.timeouts = timeouts
         self.retry = retry
@@ -251,7 +258,15 @@ class LLMClient:
         if self._api_key is not None:
             headers.update(self._auth_headers(self._api_key.value))
             secrets = (self._api_key.value,)
-        request = HTTPRequest(self.url, payload, self.dialect, headers, secrets)
+        request = HTTPRequest(
+            self.url,
+            payload,
+            self.dialect,
+            headers,
+            secrets,
+            max_line_bytes=self.max_line_bytes,
+            max_event_bytes=self.max_event_bytes,
+        )
         return stream_updates(request, self._sessions.get, self.timeouts, self.retry)
 
     async def aclose(self) -> None:

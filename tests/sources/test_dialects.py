@@ -990,3 +990,14 @@ async def test_from_sse_async_subscriber_error_goes_to_on_error() -> None:
     assert isinstance(error, ValueError)
     assert not isinstance(error, RafrxError)
     await settle()
+
+
+def test_responses_error_event_with_plain_text_data_is_a_provider_error() -> None:
+    from rafrx.errors import ProviderError
+    from rafrx.sources import from_sse
+
+    body = b"event: error\ndata: upstream overloaded\n\n"
+    errors: list[Exception] = []
+    from_sse(body, "openai-responses").subscribe(on_error=errors.append)
+    assert isinstance(errors[0], ProviderError)
+    assert "upstream overloaded" in str(errors[0])

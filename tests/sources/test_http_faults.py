@@ -286,3 +286,16 @@ async def _error(client: LLMClient) -> RafrxError:
     except RafrxError as err:
         return err
     raise AssertionError(f"no error: {response!r}")
+
+
+@pytest.mark.asyncio
+async def test_the_client_line_limit_is_configurable(llm_server: LLMServer) -> None:
+    body = b"data: " + b"x" * 5000 + b"\n\n"
+    llm_server.enqueue(Replay(body, chunk_size=512))
+    client = OpenAIChatClient(llm_server.url, model="m", max_line_bytes=1024)
+    try:
+        with pytest.raises(LimitExceeded) as caught:
+            await collect_agent_response(client.stream([ChatMessage.user("hi")]).pipe(convert()))
+        assert caught.value.limit == 1024
+    finally:
+        await client.aclose()

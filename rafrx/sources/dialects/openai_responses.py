@@ -125,6 +125,9 @@ class OpenAIResponsesDialect:
         """Translate one event; see :class:`~rafrx.sources.dialects.Dialect`."""
         if self._done or not event.data.strip():
             return []
+        if event.event == "error" and not event.data.lstrip().startswith("{"):
+            # an error event whose data is plain text is still the provider's error
+            raise provider_error(event, {"message": event.data})
         data = load_object(event)
         kind = _event_type(event, data)
         if kind == "error":
