@@ -67,6 +67,18 @@ def _tool_message(content: ToolCalledContent) -> ChatMessage:
     return ChatMessage.tool(text or "", content.call_id, source=MessageSource.TOOL_RESULT)
 
 
+_AGGREGATED = frozenset(
+    {
+        TextContent,
+        ReasoningContent,
+        ToolCallStartContent,
+        ToolCallingContent,
+        ToolCalledContent,
+        UsageContent,
+    }
+)
+
+
 class ResponseAggregator:
     """The reducer behind :func:`aggregate`; :meth:`response` is the turn so far."""
 
@@ -95,6 +107,8 @@ class ResponseAggregator:
             self._steps.append(_Step())
         step = self._steps[-1]
         for content in result.contents:
+            if type(content) not in _AGGREGATED:
+                continue  # argument deltas, progress, ends: the response does not keep them
             if isinstance(content, TextContent):
                 step.text.append(content.text)
             elif isinstance(content, ReasoningContent):
