@@ -14,6 +14,8 @@ import json
 from collections.abc import Mapping
 from typing import Any, Protocol
 
+from orjson import loads as _fast_loads  # ~2.5x json.loads on provider chunks (bench/)
+
 from rafrx.errors import MalformedEvent, ProviderError
 from rafrx.sse import ServerSentEvent
 from rafrx.updates import AgentResponseUpdate
@@ -72,10 +74,16 @@ def load_object(event: ServerSentEvent) -> dict[str, Any]:
     Raises:
         MalformedEvent: The data is not JSON, or JSON but not an object.
     """
+    data = event.data
     try:
-        value = json.loads(event.data)
-    except (ValueError, RecursionError) as err:
-        raise malformed(event, f"event data is not valid JSON: {err}") from None
+        value = _fast_loads(data)
+    except ValueError:
+        # orjson is stricter than json (NaN, lone surrogates, huge integers): let the
+        # standard library decide, so rafrx accepts exactly what json.loads accepts.
+        try:
+            value = json.loads(data)
+        except (ValueError, RecursionError) as err:
+            raise malformed(event, f"event data is not valid JSON: {err}") from None
     if not isinstance(value, dict):
         raise malformed(event, f"expected a JSON object, got {type(value).__name__}")
     return value
