@@ -69,6 +69,6 @@ def default_display() -> Display:
         from IPython.display import display
     except ImportError:
         return text_display()
-    if get_ipython() is None:  # type: ignore[no-untyped-call]
+    if get_ipython() is None:  # type: ignore[no-untyped-call, unused-ignore]  # typed in IPython 9
         return text_display()
     return display
