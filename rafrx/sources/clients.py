@@ -27,6 +27,7 @@ Example:
 
 from __future__ import annotations
 
+import abc
 import functools
 import importlib.metadata
 from collections.abc import Iterable, Mapping, Sequence
@@ -158,7 +159,7 @@ class _Secret:
         raise TypeError("an API key is not picklable")
 
 
-class LLMClient:
+class LLMClient(abc.ABC):
     """The shared machinery of the three clients (use one of them).
 
     Args:
@@ -220,10 +221,11 @@ class LLMClient:
     def _protocol_headers(self) -> dict[str, str]:
         return {}
 
+    @abc.abstractmethod
     def _payload(
         self, messages: Sequence[ChatMessage], tools: Sequence[ToolLike]
     ) -> dict[str, Any]:
-        raise NotImplementedError
+        """The request body for ``messages`` and ``tools`` in this provider's format."""
 
     # ------------------------------------------------------------ public
 

@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 from orjson import loads as _fast_loads  # ~2.5x json.loads on provider chunks (bench/)
 
+from rafrx import response
 from rafrx.errors import MalformedEvent, ProviderError
 from rafrx.sse import ServerSentEvent
 from rafrx.updates import AgentResponseUpdate
@@ -193,4 +194,32 @@ def provider_error(
         code=code,
         retryable=is_retryable(error_type, raw_code, status),
         body=event.data,
+    )
+
+
+def openai_usage(usage: Mapping[str, Any], *, prompt: str, completion: str) -> response.Usage:
+    """Map an OpenAI-style usage object (Chat: ``prompt``/``completion``, Responses:
+    ``input``/``output``) to :class:`rafrx.Usage`, with its ``…_tokens_details``.
+
+    Example:
+        >>> openai_usage({"input_tokens": 2, "output_tokens": 3}, prompt="input",
+        ...              completion="output").total_tokens
+        5
+    """
+    prompt_tokens = as_int(usage.get(f"{prompt}_tokens")) or 0
+    completion_tokens = as_int(usage.get(f"{completion}_tokens")) or 0
+    total = as_int(usage.get("total_tokens"))
+    prompt_details = usage.get(f"{prompt}_tokens_details")
+    completion_details = usage.get(f"{completion}_tokens_details")
+    cached = reasoning = None
+    if isinstance(prompt_details, dict):
+        cached = as_int(prompt_details.get("cached_tokens"))
+    if isinstance(completion_details, dict):
+        reasoning = as_int(completion_details.get("reasoning_tokens"))
+    return response.Usage(
+        prompt_tokens=prompt_tokens,
+        completion_tokens=completion_tokens,
+        total_tokens=prompt_tokens + completion_tokens if total is None else total,
+        reasoning_tokens=reasoning,
+        cached_tokens=cached,
     )

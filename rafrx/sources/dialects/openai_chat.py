@@ -49,6 +49,7 @@ from rafrx.sources.dialects._common import (
     get_object,
     load_object,
     malformed,
+    openai_usage,
     provider_error,
 )
 from rafrx.sse import ServerSentEvent
@@ -75,23 +76,7 @@ def chat_usage(usage: dict[str, Any]) -> response.Usage:
         Usage(prompt_tokens=3, completion_tokens=2, total_tokens=5, reasoning_tokens=None, \
 cached_tokens=1)
     """
-    prompt = as_int(usage.get("prompt_tokens")) or 0
-    completion = as_int(usage.get("completion_tokens")) or 0
-    total = as_int(usage.get("total_tokens"))
-    completion_details = usage.get("completion_tokens_details")
-    prompt_details = usage.get("prompt_tokens_details")
-    reasoning = cached = None
-    if isinstance(completion_details, dict):
-        reasoning = as_int(completion_details.get("reasoning_tokens"))
-    if isinstance(prompt_details, dict):
-        cached = as_int(prompt_details.get("cached_tokens"))
-    return response.Usage(
-        prompt_tokens=prompt,
-        completion_tokens=completion,
-        total_tokens=prompt + completion if total is None else total,
-        reasoning_tokens=reasoning,
-        cached_tokens=cached,
-    )
+    return openai_usage(usage, prompt="prompt", completion="completion")
 
 
 class OpenAIChatDialect:

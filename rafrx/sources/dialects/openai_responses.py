@@ -43,6 +43,7 @@ from rafrx.sources.dialects._common import (
     get_object,
     load_object,
     malformed,
+    openai_usage,
     provider_error,
 )
 from rafrx.sse import ServerSentEvent
@@ -70,23 +71,7 @@ def responses_usage(usage: dict[str, Any]) -> response.Usage:
         Usage(prompt_tokens=4, completion_tokens=6, total_tokens=10, reasoning_tokens=2, \
 cached_tokens=None)
     """
-    prompt = as_int(usage.get("input_tokens")) or 0
-    completion = as_int(usage.get("output_tokens")) or 0
-    total = as_int(usage.get("total_tokens"))
-    input_details = usage.get("input_tokens_details")
-    output_details = usage.get("output_tokens_details")
-    cached = reasoning = None
-    if isinstance(input_details, dict):
-        cached = as_int(input_details.get("cached_tokens"))
-    if isinstance(output_details, dict):
-        reasoning = as_int(output_details.get("reasoning_tokens"))
-    return response.Usage(
-        prompt_tokens=prompt,
-        completion_tokens=completion,
-        total_tokens=prompt + completion if total is None else total,
-        reasoning_tokens=reasoning,
-        cached_tokens=cached,
-    )
+    return openai_usage(usage, prompt="input", completion="output")
 
 
 class _Call:
