@@ -79,25 +79,22 @@ class Chain(Generic[A, B]):
 
     def _run(self, first: int, items: Sequence[Any]) -> Sequence[Any]:
         for k in range(first, len(self._stages)):
-            stage = self._stages[k]
-            if len(items) == 1:
-                try:
-                    items = stage.step(items[0])
-                except Exception:
-                    self._raised(k, _NOTHING)
-                    raise
-            else:
-                produced: list[Any] = []
-                for x in items:
-                    try:
-                        produced.extend(stage.step(x))
-                    except Exception:
-                        self._raised(k, produced)
-                        raise
-                items = produced
+            items = self._through(k, items)
             if not items:
                 return _NOTHING
         return items
+
+    def _through(self, k: int, items: Sequence[Any]) -> list[Any]:
+        """Every item stepped through stage ``k``; on an error, what it produced is owed."""
+        stage = self._stages[k]
+        produced: list[Any] = []
+        for x in items:
+            try:
+                produced.extend(stage.step(x))
+            except Exception:
+                self._raised(k, produced)
+                raise
+        return produced
 
     def _raised(self, stage: int, produced: Sequence[Any]) -> None:
         # Piped, ``produced`` would have reached the observer before the error. If a
@@ -109,13 +106,7 @@ class Chain(Generic[A, B]):
     def finish(self) -> Sequence[B]:
         items: Sequence[Any] = _NOTHING
         for k, stage in enumerate(self._stages):
-            produced: list[Any] = []
-            for x in items:
-                try:
-                    produced.extend(stage.step(x))
-                except Exception:
-                    self._raised(k, produced)
-                    raise
+            produced = self._through(k, items)
             try:
                 produced.extend(stage.finish())
             except Exception:
