@@ -53,6 +53,7 @@ from rafrx.response import AgentResponseResult, FinishReason, Usage
 
 __all__ = [
     "FORMAT_VERSION",
+    "SECRET_HEADERS",
     "Entry",
     "Recording",
     "SSERecording",
@@ -80,7 +81,8 @@ _REDACTED: Final = "[REDACTED]"
 
 # ----------------------------------------------------------------- redaction
 
-_SECRET_HEADERS: Final = frozenset(
+#: Headers whose values are secrets (lower case); the test server redacts the same set.
+SECRET_HEADERS: Final = frozenset(
     {
         "authorization",
         "proxy-authorization",
@@ -171,7 +173,7 @@ def redact_headers(headers: Mapping[str, str], secrets: Iterable[str] = ()) -> d
     """
     secrets = tuple(secrets)
     return {
-        k: _REDACTED if k.lower() in _SECRET_HEADERS else redact(str(v), secrets)
+        k: _REDACTED if k.lower() in SECRET_HEADERS else redact(str(v), secrets)
         for k, v in headers.items()
     }
 
@@ -583,7 +585,7 @@ async def record_http(
     secrets = tuple(
         v.split(" ", 1)[-1]
         for k, v in request_headers.items()
-        if k.lower() in _SECRET_HEADERS and len(v.split(" ", 1)[-1]) >= 4
+        if k.lower() in SECRET_HEADERS and len(v.split(" ", 1)[-1]) >= 4
     )
     meta: dict[str, Any] = {
         "dialect": dialect,

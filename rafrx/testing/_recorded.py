@@ -18,24 +18,13 @@ from typing import Any, final
 import attrs
 from multidict import CIMultiDict, CIMultiDictProxy
 
+from rafrx.recorder import SECRET_HEADERS
 from rafrx.testing._render import WIRE_FORMATS, WireFormat
 
 __all__ = ["REDACTED", "SECRET_HEADERS", "RecordedRequest", "redact_headers"]
 
 #: What replaces a secret.
 REDACTED = "***"
-
-#: Headers whose values are secrets (lower case).
-SECRET_HEADERS = frozenset(
-    {
-        "authorization",
-        "proxy-authorization",
-        "x-api-key",
-        "api-key",
-        "x-goog-api-key",
-        "cookie",
-    }
-)
 
 
 def redact_headers(headers: Mapping[str, str] | Iterable[tuple[str, str]]) -> CIMultiDictProxy[str]:
