@@ -21,7 +21,7 @@ from reactivex.disposable import Disposable, SingleAssignmentDisposable
 
 from rafrx.typing import Operator
 
-__all__ = ["Chain", "Reducer", "reducer_operator"]
+__all__ = ["Chain", "ReducedObservable", "Reducer", "reducer_operator"]
 
 In = TypeVar("In", contravariant=True)
 Out = TypeVar("Out", covariant=True)
@@ -63,6 +63,11 @@ class Chain(Generic[A, B]):
         self._stages = stages
         self._failed_at = 0  # the stage whose step raised; earlier stages never see the error
         self._owed: Sequence[Any] = _NOTHING  # outputs due before that error
+
+    @property
+    def stages(self) -> tuple[Reducer[Any, Any], ...]:
+        """The reducers, in order."""
+        return self._stages
 
     def step(self, item: A) -> Sequence[B]:
         # The hot path: one item in, usually one item out of every stage.
@@ -125,63 +130,105 @@ class Chain(Generic[A, B]):
 
 
 def reducer_operator(factory: Callable[[], Reducer[A, B]]) -> Operator[A, B]:
-    """Wrap a reducer factory as an Rx operator (one reducer per subscription)."""
+    """Wrap a reducer factory as an Rx operator (one reducer per subscription).
+
+    Applied to an observable that is itself a reducer operator's output, the
+    operator fuses with it: the two reducers run as one :class:`Chain` on the
+    original source, so a pipe of reducer operators costs one subscription and
+    one observer call per item, however long it is. What subscribers see is
+    exactly what the separate operators would emit.
+
+    Example:
+        >>> import reactivex
+        >>> from rafrx import updates as u
+        >>> from rafrx.operators import accumulate_tool_calls, aggregate
+        >>> fused = reactivex.of(u.TextDelta("Hi")).pipe(accumulate_tool_calls(), aggregate())
+        >>> type(fused).__name__, fused.run().text
+        ('ReducedObservable', 'Hi')
+    """
 
     def operator(source: Observable[A]) -> Observable[B]:
-        def subscribe(
-            observer: abc.ObserverBase[B], scheduler: abc.SchedulerBase | None = None
-        ) -> abc.DisposableBase:
-            reducer = factory()
-            stopped = False
-            upstream = SingleAssignmentDisposable()
-
-            def stop() -> None:
-                nonlocal stopped
-                stopped = True
-                upstream.dispose()
-
-            def on_next(item: A) -> None:
-                if stopped:
-                    return
-                try:
-                    outputs = reducer.step(item)
-                except Exception as exc:  # a typed protocol error (or a bug): fail like upstream
-                    on_error(exc)
-                    return
-                for out in outputs:
-                    observer.on_next(out)
-
-            def on_error(error: Exception) -> None:
-                if stopped:
-                    return
-                stop()
-                try:
-                    outputs = reducer.fail(error)
-                except Exception as exc:
-                    observer.on_error(exc)
-                    return
-                for out in outputs:
-                    observer.on_next(out)
-                observer.on_error(error)
-
-            def on_completed() -> None:
-                if stopped:
-                    return
-                try:
-                    outputs = reducer.finish()
-                except Exception as exc:  # fail exactly as if upstream had failed
-                    on_error(exc)
-                    return
-                stop()
-                for out in outputs:
-                    observer.on_next(out)
-                observer.on_completed()
-
-            upstream.disposable = source.subscribe(
-                on_next, on_error, on_completed, scheduler=scheduler
-            )
-            return Disposable(stop)
-
-        return Observable(subscribe)
+        if isinstance(source, ReducedObservable):
+            return ReducedObservable(source.source, _chained(source.factory, factory))
+        return ReducedObservable(source, factory)
 
     return operator
+
+
+def _chained(
+    first: Callable[[], Reducer[A, Any]], second: Callable[[], Reducer[Any, B]]
+) -> Callable[[], Reducer[A, B]]:
+    def factory() -> Reducer[A, B]:
+        stages: list[Reducer[Any, Any]] = []
+        for reducer in (first(), second()):
+            stages.extend(reducer.stages if isinstance(reducer, Chain) else (reducer,))
+        return Chain(*stages)
+
+    return factory
+
+
+class ReducedObservable(Observable[B]):
+    """``source`` through a fresh reducer from ``factory`` per subscription.
+
+    What :func:`reducer_operator` returns; ``source`` and ``factory`` are what
+    a following reducer operator fuses with.
+    """
+
+    def __init__(self, source: Observable[Any], factory: Callable[[], Reducer[Any, B]]) -> None:
+        self.source = source
+        self.factory = factory
+        super().__init__(self._subscribe_reducer)
+
+    def _subscribe_reducer(
+        self, observer: abc.ObserverBase[B], scheduler: abc.SchedulerBase | None = None
+    ) -> abc.DisposableBase:
+        reducer = self.factory()
+        stopped = False
+        upstream = SingleAssignmentDisposable()
+
+        def stop() -> None:
+            nonlocal stopped
+            stopped = True
+            upstream.dispose()
+
+        def on_next(item: Any) -> None:
+            if stopped:
+                return
+            try:
+                outputs = reducer.step(item)
+            except Exception as exc:  # a typed protocol error (or a bug): fail like upstream
+                on_error(exc)
+                return
+            for out in outputs:
+                observer.on_next(out)
+
+        def on_error(error: Exception) -> None:
+            if stopped:
+                return
+            stop()
+            try:
+                outputs = reducer.fail(error)
+            except Exception as exc:
+                observer.on_error(exc)
+                return
+            for out in outputs:
+                observer.on_next(out)
+            observer.on_error(error)
+
+        def on_completed() -> None:
+            if stopped:
+                return
+            try:
+                outputs = reducer.finish()
+            except Exception as exc:  # fail exactly as if upstream had failed
+                on_error(exc)
+                return
+            stop()
+            for out in outputs:
+                observer.on_next(out)
+            observer.on_completed()
+
+        upstream.disposable = self.source.subscribe(
+            on_next, on_error, on_completed, scheduler=scheduler
+        )
+        return Disposable(stop)

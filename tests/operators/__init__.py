@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 import reactivex
+from reactivex import operators as rx_ops
 from reactivex.testing import ReactiveTest, TestScheduler
 from reactivex.testing.marbles import messages_to_records, parse
 from reactivex.testing.recorded import Recorded
@@ -22,10 +23,29 @@ from reactivex.testing.subscription import Subscription
 from rafrx.response import AgentResponseResult
 from rafrx.typing import Operator
 
-__all__ = ["TICK", "contents", "marble", "records", "run", "subscribed", "values"]
+__all__ = ["TICK", "apart", "contents", "marble", "records", "run", "subscribed", "values"]
 
 TICK = 10
 """Virtual time of one marble character."""
+
+
+def apart(*operators: Operator[Any, Any]) -> Operator[Any, Any]:
+    """The operators piped with an identity map between each two, so they cannot fuse.
+
+    Reducer operators applied to each other's output run as one chain
+    (``reducer_operator``); this is the reference that fusion must equal.
+    """
+
+    def operator(source: reactivex.Observable[Any]) -> reactivex.Observable[Any]:
+        for op in operators:
+            source = op(source.pipe(rx_ops.map(_same)))
+        return source
+
+    return operator
+
+
+def _same(item: Any) -> Any:
+    return item
 
 
 def records(

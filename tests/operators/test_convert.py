@@ -26,7 +26,7 @@ from rafrx.errors import ProviderError
 from rafrx.events import FinishEvent, ResponseStartedEvent
 from rafrx.messages import ChatMessage, MessageRole, ToolCall
 from rafrx.response import AgentResponse, AgentResponseResult, FinishReason, Usage
-from tests.operators import contents, marble, run, subscribed
+from tests.operators import apart, contents, marble, run, subscribed
 from tests.strategies import LLMCall, legacy_updates, llm_calls, messy_updates, start_args_updates
 
 R = AgentResponseResult
@@ -37,7 +37,7 @@ DEFAULT_LIMIT = 64 * 1024 * 1024
 
 def piped(eager: bool = False, max_argument_chars: int = DEFAULT_LIMIT) -> Any:
     """The four operators, one by one: what convert() must equal."""
-    return lambda source: source.pipe(
+    return apart(
         ops.split_legacy_delta(),
         ops.accumulate_tool_calls(max_argument_chars),
         ops.parse_args_stream(),
@@ -396,10 +396,69 @@ def test_chain_behaves_like_piped_reducers_when_a_stage_raises(items: list[str],
 
     def one_by_one(source: Any) -> Any:
         made = stages()
-        return source.pipe(*(reducer_operator(lambda s=s: s) for s in made))
+        return source.pipe(apart(*(reducer_operator(lambda s=s: s) for s in made)))
 
     def observe(operator: Any) -> tuple[list[Any], list[str]]:
         out, errors = run(items, operator)
         return out, [str(e) for e in errors]
 
     assert observe(chained) == observe(one_by_one)
+
+
+# ---------------------------------------------------------------- fusion
+
+
+def _error_partials(errors: list[Exception]) -> list[Any]:
+    return [getattr(e, "partial", None) for e in errors]
+
+
+@settings(max_examples=150, deadline=None)
+@given(updates=messy_updates(), eager=st.booleans(), limit=st.sampled_from([DEFAULT_LIMIT, 4]))
+def test_fused_pipeline_equals_the_operators_kept_apart(
+    updates: list[Any], eager: bool, limit: int
+) -> None:
+    stages = (
+        ops.split_legacy_delta(),
+        ops.accumulate_tool_calls(limit),
+        ops.parse_args_stream(),
+        ops.flush_tool_calls(eager),
+        ops.aggregate("agent"),
+    )
+    with counted_ids():
+        fused, fused_errors = run(updates, *stages)
+    with counted_ids():
+        kept_apart, apart_errors = run(updates, apart(*stages))
+    assert fused == kept_apart
+    assert [(type(e), str(e)) for e in fused_errors] == [(type(e), str(e)) for e in apart_errors]
+    assert _error_partials(fused_errors) == _error_partials(apart_errors)
+
+
+def test_piped_reducer_operators_fuse_into_one_subscription() -> None:
+    from rafrx.operators._reducer import Chain, ReducedObservable
+
+    source = reactivex.of(u.TextDelta("Hi"))
+    pipeline = source.pipe(ops.convert(), rx_ops.map(lambda r: r), ops.aggregate())
+    assert isinstance(pipeline, ReducedObservable)
+    assert pipeline.source is not source  # the map stands between: not fused past it
+    fused = source.pipe(ops.convert(), ops.parse_args_stream(), ops.aggregate())
+    assert isinstance(fused, ReducedObservable)
+    assert fused.source is source
+    chain = fused.factory()
+    assert isinstance(chain, Chain)
+    names = [type(stage).__name__ for stage in chain.stages]
+    assert names[-2:] == ["ArgsStreamParser", "ResponseAggregator"]
+    assert fused.run().text == pipeline.run().text == "Hi"
+
+
+def test_a_fused_pipeline_subscribes_once_and_disposes_its_source() -> None:
+    def fused(source: Any) -> Any:
+        return source.pipe(ops.convert(), ops.aggregate())
+
+    messages, subscriptions = marble(fused, "-m-t-d-f-|", LOOKUP)
+    [response] = values_of(messages)
+    assert response.text == "Hi"
+    assert [c.name for c in response.tool_calls] == ["f"]
+    assert subscriptions == [subscribed(200, 290)]
+    messages, subscriptions = marble(fused, "-m-t-d-f-|", LOOKUP, disposed=235)
+    assert messages == []
+    assert subscriptions == [subscribed(200, 235)]
