@@ -180,8 +180,9 @@ def convert(
 
     ``convert()`` behaves exactly like ``pipe(split_legacy_delta(),
     accumulate_tool_calls(), parse_args_stream(), flush_tool_calls())`` but
-    runs the four stages in one subscription (no observables in between),
-    which keeps the per-chunk cost low.
+    runs the four stages as one reducer in one subscription (no observables
+    in between), with fast paths for text and argument fragments: the
+    per-chunk cost stays low.
 
     .. marble::
         :text:
@@ -190,21 +191,10 @@ def convert(
         [        convert()        ]
         -r(Text)--r(Start,Args,Parsed?)--r(End)r(Finish)--r(Calling)-|
     """
-    from rafrx.operators._accumulate_tool_calls import ToolCallAccumulator
-    from rafrx.operators._flush_tool_calls import ToolCallFlusher
-    from rafrx.operators._parse_args_stream import ArgsStreamParser
-    from rafrx.operators._reducer import Chain, reducer_operator
-    from rafrx.operators._split_legacy_delta import LegacyDeltaSplitter
+    from rafrx.operators._convert import Converter
+    from rafrx.operators._reducer import reducer_operator
 
-    def chain() -> Chain[AgentResponseUpdate, AgentResponseResult]:
-        return Chain(
-            LegacyDeltaSplitter(),
-            ToolCallAccumulator(max_argument_chars),
-            ArgsStreamParser(),
-            ToolCallFlusher(eager),
-        )
-
-    return reducer_operator(chain)
+    return reducer_operator(lambda: Converter(eager, max_argument_chars))
 
 
 def aggregate(agent_id: str | None = None) -> Operator[AgentResponseResult, AgentResponse]:

@@ -68,25 +68,38 @@ class ToolCallAccumulator:
             events = (ResponseStartedEvent(self._id, self._model), *events)
         return AgentResponseResult(self._id, self._model, None, contents, events)
 
+    def result(self, contents: tuple[Content, ...]) -> AgentResponseResult:
+        """The result carrying ``contents`` (the LLM call's first also carries its start)."""
+        return self._result(contents)
+
+    def arguments(self, call_id: str, args_delta: str) -> ToolCallArgsContent | None:
+        """The content for an argument fragment; None for an empty one.
+
+        Raises:
+            ProtocolError: The call is not open.
+            LimitExceeded: The call's arguments passed ``max_argument_chars``.
+        """
+        if not args_delta:
+            return None  # an empty delta (some servers send one after the end)
+        call = self._calls.get(call_id)
+        if call is None or call.ended:
+            raise ProtocolError(f"arguments for a tool call that is not open: {call_id!r}")
+        call.size += len(args_delta)
+        if call.size > self._max:
+            raise LimitExceeded(
+                f"arguments of tool call {call_id!r} ({call.name}) exceed {self._max} characters",
+                limit=self._max,
+            )
+        return ToolCallArgsContent(call_id, args_delta, meta=self._meta)
+
     def step(self, update: u.AgentResponseUpdate) -> Sequence[AgentResponseResult]:
         meta = self._meta
         match update:
             case u.TextDelta(delta):
                 return (self._result((TextContent(delta, meta=meta),)),)
             case u.ToolCallArgs(call_id, args_delta):
-                if not args_delta:
-                    return ()  # an empty delta (some servers send one after the end)
-                call = self._calls.get(call_id)
-                if call is None or call.ended:
-                    raise ProtocolError(f"arguments for a tool call that is not open: {call_id!r}")
-                call.size += len(args_delta)
-                if call.size > self._max:
-                    raise LimitExceeded(
-                        f"arguments of tool call {call_id!r} ({call.name}) exceed "
-                        f"{self._max} characters",
-                        limit=self._max,
-                    )
-                return (self._result((ToolCallArgsContent(call_id, args_delta, meta=meta),)),)
+                args = self.arguments(call_id, args_delta)
+                return () if args is None else (self._result((args,)),)
             case u.ReasoningDelta(delta):
                 content = ReasoningContent(delta, meta=meta, provider_data=update.provider_data)
                 return (self._result((content,)),)

@@ -69,16 +69,24 @@ class ToolCallFlusher:
         self._id: str | None = None
         self._model: str | None = None
 
-    def step(self, result: AgentResponseResult) -> Sequence[AgentResponseResult]:
+    def seen(self, result: AgentResponseResult) -> None:
+        """Note the id and model of a result passing by (the flushed results carry them)."""
         self._id, self._model = result.id, result.model
+
+    def arguments(self, content: ToolCallArgsContent) -> None:
+        """Keep an argument fragment (what :meth:`step` does with one)."""
+        pending = self._calls.get(content.call_id)
+        if pending is not None:
+            pending.args.append(content.args_delta)
+
+    def step(self, result: AgentResponseResult) -> Sequence[AgentResponseResult]:
+        self.seen(result)
         eager: list[ToolCallingContent] = []
         for content in result.contents:
             if type(content) not in _LIFECYCLE:
                 continue
             if isinstance(content, ToolCallArgsContent):
-                pending = self._calls.get(content.call_id)
-                if pending is not None:
-                    pending.args.append(content.args_delta)
+                self.arguments(content)
             elif isinstance(content, ToolCallStartContent):
                 self._calls[content.call_id] = _Pending(content.call_id, content.name, content.meta)
             elif isinstance(content, ToolCallEndContent):

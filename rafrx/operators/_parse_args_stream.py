@@ -48,7 +48,7 @@ class ArgsStreamParser:
         for content in contents:
             expanded.append(content)
             if type(content) is ToolCallArgsContent:
-                expanded.extend(self._parse(content))
+                expanded.extend(self.parse(content))
             elif type(content) is ToolCallStartContent:
                 self._parsers[content.call_id] = StreamingArgsParser()
             elif type(content) is ToolCallEndContent:
@@ -59,7 +59,8 @@ class ArgsStreamParser:
             ),
         )
 
-    def _parse(self, content: ToolCallArgsContent) -> list[Content]:
+    def parse(self, content: ToolCallArgsContent) -> list[Content]:
+        """The Parsed / Progress contents that follow ``content`` (what :meth:`step` inserts)."""
         parser = self._parsers.get(content.call_id)
         if parser is None:
             parser = self._parsers[content.call_id] = StreamingArgsParser()

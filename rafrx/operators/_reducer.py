@@ -78,7 +78,7 @@ class Chain(Generic[A, B]):
             try:
                 items = stage.step(items[0])
             except Exception:
-                self._raised(k, _NOTHING)
+                self.raised(k, _NOTHING)
                 raise
         return items
 
@@ -97,11 +97,16 @@ class Chain(Generic[A, B]):
             try:
                 produced.extend(stage.step(x))
             except Exception:
-                self._raised(k, produced)
+                self.raised(k, produced)
                 raise
         return produced
 
-    def _raised(self, stage: int, produced: Sequence[Any]) -> None:
+    def raised(self, stage: int, produced: Sequence[Any] = _NOTHING) -> None:
+        """Record that ``stage``'s step raised after producing ``produced``, for :meth:`fail`.
+
+        :meth:`step` does this itself; a reducer that runs a stage's work
+        outside it (a fast path) calls it before re-raising.
+        """
         # Piped, ``produced`` would have reached the observer before the error. If a
         # later stage raises on it, that error came first and replaces this one.
         self._failed_at = stage
@@ -115,7 +120,7 @@ class Chain(Generic[A, B]):
             try:
                 produced.extend(stage.finish())
             except Exception:
-                self._raised(k, produced)
+                self.raised(k, produced)
                 raise
             items = produced
         return items

@@ -74,6 +74,18 @@ class LegacyDeltaSplitter:
             return out
         return (update,)
 
+    def continued_call(self, delta: ToolCallDelta) -> str | None:
+        """The id of the started call that ``delta`` merely continues, else None.
+
+        For such a delta :meth:`step` returns just ``ToolCallArgs(id,
+        delta.arguments_delta)`` (nothing when that is empty) and changes no
+        state, so a caller may build that itself (``convert()``'s fast path).
+        """
+        slot = self._slots.get(delta.index)
+        if slot is None or not slot.started or (delta.id and delta.id != slot.id):
+            return None
+        return slot.id
+
     def finish(self) -> list[AgentResponseUpdate]:
         return self._end_all()
 
