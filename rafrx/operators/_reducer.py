@@ -21,7 +21,7 @@ from reactivex.disposable import Disposable, SingleAssignmentDisposable
 
 from rafrx.typing import Operator
 
-__all__ = ["Chain", "ReducedObservable", "Reducer", "reducer_operator"]
+__all__ = ["Chain", "ReducedObservable", "Reducer", "SyncSource", "reducer_operator"]
 
 In = TypeVar("In", contravariant=True)
 Out = TypeVar("Out", covariant=True)
@@ -172,6 +172,34 @@ def _chained(
     return factory
 
 
+class SyncSource(Observable[A]):
+    """A cold source that emits everything synchronously while it is subscribed.
+
+    Subclasses implement :meth:`drive`. A reducer operator applied to one
+    calls :meth:`drive` with its own callbacks instead of subscribing through
+    Rx observers, which saves an observer call per item. ``from_sse`` over
+    bytes or a sync iterable is one.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(self._subscribe_sync)
+
+    def drive(
+        self,
+        on_next: Callable[[A], None],
+        on_error: Callable[[Exception], None],
+        on_completed: Callable[[], None],
+    ) -> None:
+        """Emit every item, then exactly one of ``on_error`` or ``on_completed``."""
+        raise NotImplementedError
+
+    def _subscribe_sync(
+        self, observer: abc.ObserverBase[A], scheduler: abc.SchedulerBase | None = None
+    ) -> abc.DisposableBase:
+        self.drive(observer.on_next, observer.on_error, observer.on_completed)
+        return Disposable()
+
+
 class ReducedObservable(Observable[B]):
     """``source`` through a fresh reducer from ``factory`` per subscription.
 
@@ -233,7 +261,11 @@ class ReducedObservable(Observable[B]):
                 observer.on_next(out)
             observer.on_completed()
 
-        upstream.disposable = self.source.subscribe(
-            on_next, on_error, on_completed, scheduler=scheduler
-        )
+        source = self.source
+        if isinstance(source, SyncSource):
+            source.drive(on_next, on_error, on_completed)  # no observers in between
+        else:
+            upstream.disposable = source.subscribe(
+                on_next, on_error, on_completed, scheduler=scheduler
+            )
         return Disposable(stop)

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import AsyncIterable, AsyncIterator, Iterable
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable
 from typing import Any
 
 import reactivex
 from reactivex import Observable, abc
 from reactivex.disposable import Disposable
 
+from rafrx.operators._reducer import SyncSource
 from rafrx.sources._decoder import UpdateDecoder
 from rafrx.sources.dialects import DIALECTS, DialectFactory, get_dialect
 from rafrx.sse import DEFAULT_MAX_EVENT_BYTES, DEFAULT_MAX_LINE_BYTES
@@ -93,17 +94,30 @@ def from_sse(
 
 
 def _from_sync(chunks: Iterable[bytes], make: Any) -> Observable[AgentResponseUpdate]:
-    def subscribe(
-        observer: abc.ObserverBase[AgentResponseUpdate],
-        scheduler: abc.SchedulerBase | None = None,
-    ) -> abc.DisposableBase:
-        decoder: UpdateDecoder = make()
-        iterator = iter(chunks)
+    return _SyncBody(chunks, make)
+
+
+class _SyncBody(SyncSource[AgentResponseUpdate]):
+    """``from_sse`` over bytes or a sync iterable: decoded while subscribed."""
+
+    def __init__(self, chunks: Iterable[bytes], make: Callable[[], UpdateDecoder]) -> None:
+        super().__init__()
+        self._chunks = chunks
+        self._make = make
+
+    def drive(
+        self,
+        on_next: Callable[[AgentResponseUpdate], None],
+        on_error: Callable[[Exception], None],
+        on_completed: Callable[[], None],
+    ) -> None:
+        decoder = self._make()
+        iterator = iter(self._chunks)
         try:
             try:
                 for chunk in iterator:
                     for update in decoder.feed(chunk):
-                        observer.on_next(update)
+                        on_next(update)
                     if decoder.done:
                         break
                 tail = decoder.close()
@@ -112,14 +126,11 @@ def _from_sync(chunks: Iterable[bytes], make: Any) -> Observable[AgentResponseUp
                 if close is not None:
                     close()
             for update in tail:
-                observer.on_next(update)
+                on_next(update)
         except Exception as err:  # the stream's error, or a subscriber's
-            observer.on_error(err)
+            on_error(err)
         else:
-            observer.on_completed()
-        return Disposable()
-
-    return reactivex.create(subscribe)
+            on_completed()
 
 
 def _from_async(chunks: AsyncIterable[bytes], make: Any) -> Observable[AgentResponseUpdate]:

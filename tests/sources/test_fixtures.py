@@ -16,8 +16,10 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from reactivex import operators as rx_ops
 
 from rafrx import operators as ops
+from rafrx.content import ErrorContent
 from rafrx.errors import ProviderError, RafrxError
 from rafrx.response import AgentResponse, FinishReason, Usage
 from rafrx.sources import from_sse
@@ -47,14 +49,19 @@ def _body(entry: dict[str, Any]) -> bytes:
     return (FIXTURES / entry["path"]).read_bytes()
 
 
-def _outcome(chunks: Any, dialect: str) -> AgentResponse | RafrxError:
-    """The AgentResponse of the stream, or the error it failed with."""
+def _outcome(chunks: Any, dialect: str, *, fused: bool = True) -> AgentResponse | RafrxError:
+    """The AgentResponse of the stream, or the error it failed with.
+
+    With ``fused=False`` an identity map stands between the source and each
+    operator, so nothing fuses (the reference the fused pipeline must equal).
+    """
     results: list[AgentResponse] = []
     errors: list[Exception] = []
     completed: list[bool] = []
-    from_sse(chunks, dialect=dialect).pipe(ops.convert(), ops.aggregate()).subscribe(
-        results.append, errors.append, lambda: completed.append(True)
-    )
+    pipeline = from_sse(chunks, dialect=dialect)
+    for operator in (ops.convert(), ops.aggregate()):
+        pipeline = operator(pipeline if fused else pipeline.pipe(rx_ops.map(_same)))
+    pipeline.subscribe(results.append, errors.append, lambda: completed.append(True))
     if errors:
         assert not results
         assert not completed
@@ -64,6 +71,10 @@ def _outcome(chunks: Any, dialect: str) -> AgentResponse | RafrxError:
     assert completed == [True]
     assert len(results) == 1
     return results[0]
+
+
+def _same(item: Any) -> Any:
+    return item
 
 
 def _expected_usage(fmt: str, usage: dict[str, Any] | None) -> Usage | None:
@@ -191,6 +202,43 @@ def test_fixture_one_byte_chunks_give_the_same_response(path: str) -> None:
     whole = _normalized(_outcome(body, entry["format"]), body)
     bytewise = (body[i : i + 1] for i in range(len(body)))
     assert _normalized(_outcome(bytewise, entry["format"]), body) == whole
+
+
+@pytest.mark.parametrize("path", IDS)
+def test_fixture_fused_pipeline_equals_the_operators_kept_apart(path: str) -> None:
+    # from_sse → convert() → aggregate() runs as one loop over the body (a SyncSource
+    # driving one Chain); with identity maps between them nothing fuses.
+    entry = BY_PATH[path]
+    body = _body(entry)
+    fused = _normalized(_outcome(body, entry["format"]), body)
+    assert fused == _normalized(_outcome(body, entry["format"], fused=False), body)
+
+
+def test_a_subscriber_that_raises_gets_the_same_treatment_fused_or_not() -> None:
+    body = _body(BY_PATH["openai-chat/deepseek-reasoning.sse"])
+
+    def observe(fused: bool) -> tuple[list[Any], list[str]]:
+        seen: list[Any] = []
+        errors: list[Exception] = []
+
+        def on_next(result: Any) -> None:
+            seen.append(result)
+            if len(seen) == 3:
+                raise ValueError("subscriber bug")
+
+        pipeline = from_sse(body, dialect="openai-chat")
+        if not fused:
+            pipeline = pipeline.pipe(rx_ops.map(_same))
+        pipeline.pipe(ops.convert()).subscribe(on_next, errors.append)
+        return seen, [f"{type(e).__name__}: {e}" for e in errors]
+
+    fused = observe(True)
+    assert fused == observe(False)
+    seen, errors = fused
+    assert errors == ["ValueError: subscriber bug"]
+    [last] = seen[-1].contents  # the owed ErrorContent result, then nothing more
+    assert isinstance(last, ErrorContent)
+    assert last.message == "subscriber bug"
 
 
 def test_every_stream_of_the_manifest_is_tested() -> None:

@@ -133,7 +133,7 @@ class AnthropicDialect:
         """Translate one event; see :class:`~rafrx.sources.dialects.Dialect`."""
         if self._done:
             return []
-        if not event.data.strip():
+        if event.data[:1] != "{" and not event.data.strip():
             return []
         if event.event == "error":
             try:
@@ -147,7 +147,7 @@ class AnthropicDialect:
         kind = data.get("type", event.event)
         if kind == "error":
             raise provider_error(event, get_object(event, data, "error") or data)
-        handler = _HANDLERS.get(kind) if isinstance(kind, str) else None
+        handler = _HANDLERS.get(kind) if type(kind) is str else None
         if handler is None:
             return []  # ping, and event types added after this was written
         return handler(self, event, data)
@@ -234,15 +234,24 @@ class AnthropicDialect:
     def _block_delta(
         self, event: ServerSentEvent, data: dict[str, Any]
     ) -> list[AgentResponseUpdate]:
-        index = self._index(event, data)
-        delta = get_object(event, data, "delta")
-        if delta is None:
-            raise malformed(event, "content_block_delta without a 'delta'")
+        index = data.get("index")
+        if type(index) is not int:
+            index = self._index(event, data)
+        delta = data.get("delta")
+        if type(delta) is not dict:
+            delta = get_object(event, data, "delta")
+            if delta is None:
+                raise malformed(event, "content_block_delta without a 'delta'")
         block = self._blocks.get(index)
         kind = delta.get("type")
         if kind == "text_delta":
             text = as_str(delta.get("text"))
             return [] if text is None else [TextDelta(text)]
+        if kind == "input_json_delta":
+            partial = as_str(delta.get("partial_json"))
+            if partial is None or block is None or block.type != "tool_use" or block.stopped:
+                return []  # empty, or a server tool's input
+            return [ToolCallArgs(block.id, partial)]
         if kind == "thinking_delta":
             text = as_str(delta.get("thinking"))
             if text is None:
@@ -254,11 +263,6 @@ class AnthropicDialect:
             if block is not None:
                 block.signature = as_str(delta.get("signature"))
             return []
-        if kind == "input_json_delta":
-            partial = as_str(delta.get("partial_json"))
-            if partial is None or block is None or block.type != "tool_use" or block.stopped:
-                return []  # empty, or a server tool's input
-            return [ToolCallArgs(block.id, partial)]
         if kind == "citations_delta":
             citation = get_object(event, delta, "citation") or {}
             url = as_str(citation.get("url"))

@@ -107,12 +107,14 @@ class OpenAIChatDialect:
             raise self._error(event)
         if name not in ("message", ""):
             return []  # an unknown named event (e.g. a keep-alive): not a chunk
-        data = event.data.strip()
-        if not data:
-            return []
-        if data == "[DONE]":
-            self._done = True
-            return [self._finish_update(FinishReason.OTHER)]
+        data = event.data
+        if data[:1] != "{":  # not the usual chunk: blank, [DONE], or padded with spaces
+            data = data.strip()
+            if not data:
+                return []
+            if data == "[DONE]":
+                self._done = True
+                return [self._finish_update(FinishReason.OTHER)]
         chunk = load_object(event)
         error = chunk.get("error")
         if error is not None:
@@ -124,15 +126,18 @@ class OpenAIChatDialect:
             if response_id is not None or model is not None:
                 self._meta_sent = True
                 out.append(ResponseMetadata(response_id, model))
-        for choice in get_list(event, chunk, "choices"):
-            if not isinstance(choice, dict):
+        choices = chunk.get("choices")
+        if type(choices) is not list:
+            choices = get_list(event, chunk, "choices")
+        for choice in choices:
+            if type(choice) is not dict:
                 raise malformed(event, "a choice should be an object")
             index = choice.get("index")
-            if index is None or as_int(index) == 0:
+            if index is None or (index == 0 and type(index) is not bool) or as_int(index) == 0:
                 self._choice(event, choice, out)
-        usage = get_object(event, chunk, "usage")
+        usage = chunk.get("usage")
         if usage is not None:
-            self._usage = usage
+            self._usage = get_object(event, chunk, "usage")
         return out
 
     def close(self) -> list[AgentResponseUpdate]:
@@ -177,11 +182,17 @@ class OpenAIChatDialect:
             finish = as_str(finish)
             if finish is not None:
                 self._finish = finish
-        delta = get_object(event, choice, "delta")
-        if not delta:
-            return
+        delta = choice.get("delta")
+        if type(delta) is not dict:
+            delta = get_object(event, choice, "delta")
+            if delta is None:
+                return
         # Most chunks carry one or two of these keys: look each up once, check types only
         # for what is there (this runs for every chunk of every stream).
+        tool_calls = delta.get("tool_calls")
+        if tool_calls is not None and len(delta) == 1:  # the usual argument chunk
+            self._tool_calls(event, delta, out)
+            return
         reasoning = delta.get("reasoning_content") or delta.get("reasoning")
         if reasoning is not None:
             reasoning = as_str(reasoning)
@@ -201,10 +212,14 @@ class OpenAIChatDialect:
             refusal = as_str(refusal)
             if refusal is not None:
                 out.append(TextDelta(refusal))
-        if "tool_calls" not in delta:
-            return
+        if tool_calls is not None:
+            self._tool_calls(event, delta, out)
+
+    def _tool_calls(
+        self, event: ServerSentEvent, delta: dict[str, Any], out: list[AgentResponseUpdate]
+    ) -> None:
         for call in get_list(event, delta, "tool_calls"):
-            if not isinstance(call, dict):
+            if type(call) is not dict:
                 raise malformed(event, "a tool call delta should be an object")
             update = self._tool_call(event, call)
             if update is not None:
@@ -237,13 +252,19 @@ class OpenAIChatDialect:
                     out.append(ReasoningDelta(text))
 
     def _tool_call(self, event: ServerSentEvent, call: dict[str, Any]) -> ToolCallDelta | None:
-        function = get_object(event, call, "function") or {}
-        name = as_str(function.get("name"))
-        call_id = as_str(call.get("id"))
+        function = call.get("function")
+        if type(function) is not dict:
+            function = get_object(event, call, "function") or {}
+        name = function.get("name")
+        if name is not None:
+            name = as_str(name)
+        call_id = call.get("id")
+        if call_id is not None:
+            call_id = as_str(call_id)
         arguments = function.get("arguments")
         if arguments is None:
             arguments = ""
-        elif not isinstance(arguments, str):
+        elif type(arguments) is not str:
             arguments = json.dumps(arguments, ensure_ascii=False)
         raw_index = call.get("index")
         if raw_index is None:
@@ -254,14 +275,15 @@ class OpenAIChatDialect:
             else:
                 index = self._last_index
         else:
-            index_or_none = as_int(raw_index)
+            index_or_none = raw_index if type(raw_index) is int else as_int(raw_index)
             if index_or_none is None or index_or_none < 0:
                 raise malformed(event, f"invalid tool call index {raw_index!r}")
             index = index_or_none
         self._last_index = index
-        self._next_index = max(self._next_index, index + 1)
+        if index >= self._next_index:
+            self._next_index = index + 1
         if call_id is not None:
             self._ids[call_id] = index
-        if name is None and call_id is None and not arguments:
+        elif name is None and not arguments:
             return None
         return ToolCallDelta(index, call_id, name, arguments)
