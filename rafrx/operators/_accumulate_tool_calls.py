@@ -60,17 +60,14 @@ class ToolCallAccumulator:
         self._in_call = False
         self._max = max_argument_chars
 
-    def _result(
+    def result(
         self, contents: tuple[Content, ...], events: tuple[Event, ...] = ()
     ) -> AgentResponseResult:
+        """The result carrying ``contents`` (the LLM call's first also carries its start)."""
         if not self._in_call:
             self._in_call = True
             events = (ResponseStartedEvent(self._id, self._model), *events)
         return AgentResponseResult(self._id, self._model, None, contents, events)
-
-    def result(self, contents: tuple[Content, ...]) -> AgentResponseResult:
-        """The result carrying ``contents`` (the LLM call's first also carries its start)."""
-        return self._result(contents)
 
     def arguments(self, call_id: str, args_delta: str) -> ToolCallArgsContent | None:
         """The content for an argument fragment; None for an empty one.
@@ -96,31 +93,31 @@ class ToolCallAccumulator:
         meta = self._meta
         match update:
             case u.TextDelta(delta):
-                return (self._result((TextContent(delta, meta=meta),)),)
+                return (self.result((TextContent(delta, meta=meta),)),)
             case u.ToolCallArgs(call_id, args_delta):
                 args = self.arguments(call_id, args_delta)
-                return () if args is None else (self._result((args,)),)
+                return () if args is None else (self.result((args,)),)
             case u.ReasoningDelta(delta):
                 content = ReasoningContent(delta, meta=meta, provider_data=update.provider_data)
-                return (self._result((content,)),)
+                return (self.result((content,)),)
             case u.ToolCallStart(call_id, name):
                 if call_id in self._calls:
                     return ()  # a duplicate start
                 self._calls[call_id] = _Call(name)
-                return (self._result((ToolCallStartContent(call_id, name, meta=meta),)),)
+                return (self.result((ToolCallStartContent(call_id, name, meta=meta),)),)
             case u.ToolCallEnd(call_id):
                 call = self._calls.get(call_id)
                 if call is None or call.ended:
                     return ()
                 call.ended = True
-                return (self._result((ToolCallEndContent(call_id, meta=meta),)),)
+                return (self.result((ToolCallEndContent(call_id, meta=meta),)),)
             case u.Usage(usage):
-                return (self._result((UsageContent(usage, meta=meta),)),)
+                return (self.result((UsageContent(usage, meta=meta),)),)
             case u.Finish(reason, usage):
                 contents: tuple[Content, ...] = ()
                 if usage is not None:
                     contents = (UsageContent(usage, meta=meta),)
-                result = self._result(contents, (FinishEvent(reason, usage),))
+                result = self.result(contents, (FinishEvent(reason, usage),))
                 self._in_call = False
                 self._calls.clear()
                 return (
@@ -130,14 +127,14 @@ class ToolCallAccumulator:
                 self._id = response_id if response_id is not None else self._id
                 self._model = model if model is not None else self._model
                 self._meta = ResponseMetadata(self._id, self._model)
-                return (self._result(()),)
+                return (self.result(()),)
             case u.Uri(uri, media_type):
-                return (self._result((UriContent(uri, media_type, meta=meta),)),)
+                return (self.result((UriContent(uri, media_type, meta=meta),)),)
             case u.ToolCalled(call_id, result, error):
-                return (self._result((ToolCalledContent(call_id, result, error, meta=meta),)),)
+                return (self.result((ToolCalledContent(call_id, result, error, meta=meta),)),)
             case u.ToolApprovalRequest(call_id, name, arguments, description):
                 event = ToolApprovalRequestEvent(call_id, name, arguments, description)
-                return (self._result((), (event,)),)
+                return (self.result((), (event,)),)
             case u.Error(message):
                 raise ProviderError(message, error_type=update.error_type)
             case u.ToolCallDelta():
@@ -151,7 +148,7 @@ class ToolCallAccumulator:
         return ()
 
     def fail(self, error: Exception) -> Sequence[AgentResponseResult]:
-        return (self._result((ErrorContent(str(error) or type(error).__name__, meta=self._meta),)),)
+        return (self.result((ErrorContent(str(error) or type(error).__name__, meta=self._meta),)),)
 
 
 def accumulate_tool_calls(
