@@ -13,6 +13,8 @@ Example:
     'Hello'
 """
 
+from typing import TYPE_CHECKING, Any
+
 from rafrx import content, errors, events, operators, sources, updates
 from rafrx.agent import Agent
 from rafrx.content import (
@@ -70,18 +72,48 @@ from rafrx.operators._aggregate import collect_agent_response
 from rafrx.recorder import record, replay
 from rafrx.response import AgentResponse, AgentResponseResult, FinishReason, Usage
 from rafrx.sources import UpdateDecoder, from_sse
-from rafrx.sources.clients import (
-    AnthropicClient,
-    LLMClient,
-    OpenAIChatClient,
-    OpenAIResponsesClient,
-    RetryPolicy,
-    Timeouts,
-)
 from rafrx.tools import Tool, ToolApprovalResponse, tool
 from rafrx.updates import AgentResponseUpdate
 
+if TYPE_CHECKING:
+    from rafrx.sources.clients import (
+        AnthropicClient,
+        LLMClient,
+        OpenAIChatClient,
+        OpenAIResponsesClient,
+        RetryPolicy,
+        Timeouts,
+    )
+
 __version__ = "0.1.0"
+
+# The HTTP clients load aiohttp, which is most of ``import rafrx``'s time: they are
+# imported on first use, so the pure operators and from_sse import quickly.
+_CLIENTS = frozenset(
+    {
+        "AnthropicClient",
+        "LLMClient",
+        "OpenAIChatClient",
+        "OpenAIResponsesClient",
+        "RetryPolicy",
+        "Timeouts",
+    }
+)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _CLIENTS:
+        from rafrx.sources import clients
+
+        value = getattr(clients, name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'rafrx' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
 
 __all__ = [
     "Agent",

@@ -309,3 +309,23 @@ def test_operator_signatures() -> None:
     for name in ("split_legacy_delta", "accumulate_tool_calls", "parse_args_stream", "convert"):
         params = inspect.signature(getattr(rafrx.operators, name)).parameters.values()
         assert all(p.default is not inspect.Parameter.empty for p in params)
+
+
+def test_import_rafrx_leaves_aiohttp_until_a_client_is_used() -> None:
+    import subprocess
+    import sys
+
+    script = (
+        "import sys, rafrx\n"
+        "print('aiohttp' in sys.modules)\n"
+        "from rafrx import OpenAIChatClient, Timeouts\n"
+        "print('aiohttp' in sys.modules, OpenAIChatClient.__name__, Timeouts.__name__)\n"
+        "print(rafrx.LLMClient is __import__('rafrx.sources.clients').sources.clients.LLMClient)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=60
+    ).stdout.split("\n")
+    assert out[:3] == ["False", "True OpenAIChatClient Timeouts", "True"]
+    with pytest.raises(AttributeError, match="no attribute 'NoSuchName'"):
+        _ = rafrx.NoSuchName  # type: ignore[attr-defined]
+    assert "OpenAIChatClient" in dir(rafrx)

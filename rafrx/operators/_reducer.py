@@ -7,8 +7,11 @@ per subscription and keeps the Rx grammar: nothing after a terminal event,
 exceptions raised by a reducer become ``on_error``, upstream is disposed on
 error, completion and unsubscribe.
 
-Reducers compose without intermediate observables (:class:`Chain`), which is
-how ``convert()`` runs four operators at the cost of one.
+Reducers compose without intermediate observables (:class:`Chain`): reducer
+operators piped one after another fuse into one chain on the first one's
+source (:class:`ReducedObservable`), and a :class:`SyncSource` (``from_sse``
+over bytes) is driven by that chain directly, so ``from_sse(...).pipe(
+convert(), aggregate())`` is one loop with no observer calls in between.
 """
 
 from __future__ import annotations
