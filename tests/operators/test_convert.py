@@ -9,6 +9,7 @@ from typing import Any
 from unittest import mock
 
 import attrs
+import pytest
 import reactivex
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -22,7 +23,7 @@ from rafrx.content import (
     TextContent,
     ToolCallingContent,
 )
-from rafrx.errors import ProviderError
+from rafrx.errors import IncompleteStream, ProviderError
 from rafrx.events import FinishEvent, ResponseStartedEvent
 from rafrx.messages import ChatMessage, MessageRole, ToolCall
 from rafrx.response import AgentResponse, AgentResponseResult, FinishReason, Usage
@@ -462,3 +463,40 @@ def test_a_fused_pipeline_subscribes_once_and_disposes_its_source() -> None:
     messages, subscriptions = marble(fused, "-m-t-d-f-|", LOOKUP, disposed=235)
     assert messages == []
     assert subscriptions == [subscribed(200, 235)]
+
+
+def test_run_of_a_fused_sync_pipeline_equals_rx_run() -> None:
+    from reactivex.internal.exceptions import SequenceContainsNoElementsError
+
+    from rafrx.sources import from_sse
+
+    body = b'data: {"choices": [{"delta": {"content": "Hi"}, "finish_reason": "stop"}]}\n\n'
+    fused = from_sse(body + b"data: [DONE]\n\n").pipe(ops.convert(), ops.aggregate())
+    kept_apart = from_sse(body + b"data: [DONE]\n\n").pipe(apart(ops.convert(), ops.aggregate()))
+    assert fused.run() == kept_apart.run()
+    assert fused.run().text == "Hi"
+    truncated = from_sse(b'data: {"choices": [{"delta": {"content": "Hi"}}]}\n\n')
+    for pipeline in (truncated.pipe(ops.convert()), truncated.pipe(apart(ops.convert()))):
+        with pytest.raises(IncompleteStream) as caught:
+            pipeline.pipe(ops.aggregate()).run()
+        assert caught.value.partial is not None
+        assert caught.value.partial.text == "Hi"
+    from rafrx.operators._reducer import ReducedObservable, reducer_operator
+
+    empty = from_sse(body + b"data: [DONE]\n\n").pipe(reducer_operator(_DropAll))
+    assert isinstance(empty, ReducedObservable)
+    with pytest.raises(SequenceContainsNoElementsError):
+        empty.run()
+
+
+class _DropAll:
+    """A reducer that emits nothing."""
+
+    def step(self, item: Any) -> tuple[()]:
+        return ()
+
+    def finish(self) -> tuple[()]:
+        return ()
+
+    def fail(self, error: Exception) -> tuple[()]:
+        return ()
