@@ -16,6 +16,7 @@ convert(), aggregate())`` is one loop with no observer calls in between.
 
 from __future__ import annotations
 
+from abc import abstractmethod
 from collections.abc import Callable, Sequence
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -188,6 +189,7 @@ class SyncSource(Observable[A]):
     def __init__(self) -> None:
         super().__init__(self._subscribe_sync)
 
+    @abstractmethod
     def drive(
         self,
         on_next: Callable[[A], None],
@@ -195,7 +197,6 @@ class SyncSource(Observable[A]):
         on_completed: Callable[[], None],
     ) -> None:
         """Emit every item, then exactly one of ``on_error`` or ``on_completed``."""
-        raise NotImplementedError
 
     def _subscribe_sync(
         self, observer: abc.ObserverBase[A], scheduler: abc.SchedulerBase | None = None
