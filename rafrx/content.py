@@ -28,6 +28,7 @@ from typing import Any, final
 
 import attrs
 
+from rafrx._slot_init import slot_init
 from rafrx.response import Usage
 
 __all__ = [
@@ -49,6 +50,7 @@ __all__ = [
 
 
 @final
+@slot_init
 @attrs.frozen
 class ResponseMetadata:
     """Which response (and model) a content item belongs to."""
@@ -76,6 +78,7 @@ class _HtmlRepr:
 
 
 @final
+@slot_init
 @attrs.frozen
 class TextContent(_HtmlRepr):
     """A piece of assistant text."""
@@ -85,6 +88,7 @@ class TextContent(_HtmlRepr):
 
 
 @final
+@slot_init
 @attrs.frozen
 class ReasoningContent(_HtmlRepr):
     """A piece of reasoning ("thinking") text.
@@ -99,6 +103,7 @@ class ReasoningContent(_HtmlRepr):
 
 
 @final
+@slot_init
 @attrs.frozen
 class UriContent(_HtmlRepr):
     """A URI the model cited or produced (citation, annotation, file)."""
@@ -109,6 +114,7 @@ class UriContent(_HtmlRepr):
 
 
 @final
+@slot_init
 @attrs.frozen
 class ToolCallStartContent(_HtmlRepr):
     """① The model began a tool call; no arguments yet."""
@@ -119,6 +125,7 @@ class ToolCallStartContent(_HtmlRepr):
 
 
 @final
+@slot_init
 @attrs.frozen
 class ToolCallArgsContent(_HtmlRepr):
     """② A raw fragment of the call's JSON arguments."""
@@ -129,6 +136,7 @@ class ToolCallArgsContent(_HtmlRepr):
 
 
 @final
+@slot_init
 @attrs.frozen
 class ToolCallArgsParsedContent(_HtmlRepr):
     """②b A top-level argument is complete: ``value == json.loads(args)[name]``."""
@@ -140,6 +148,7 @@ class ToolCallArgsParsedContent(_HtmlRepr):
 
 
 @final
+@slot_init
 @attrs.frozen
 class ToolCallArgsProgressContent(_HtmlRepr):
     """②c A top-level string argument grew.
@@ -156,6 +165,7 @@ class ToolCallArgsProgressContent(_HtmlRepr):
 
 
 @final
+@slot_init
 @attrs.frozen
 class ToolCallEndContent(_HtmlRepr):
     """③ The call's arguments are complete (not yet parsed)."""
@@ -165,6 +175,7 @@ class ToolCallEndContent(_HtmlRepr):
 
 
 @final
+@slot_init
 @attrs.frozen
 class ToolCallingContent(_HtmlRepr):
     """④ A complete call, parsed and ready to execute.
@@ -187,6 +198,7 @@ def _exclusive(instance: ToolCalledContent, attribute: Any, value: Any) -> None:
 
 
 @final
+@slot_init
 @attrs.frozen
 class ToolCalledContent(_HtmlRepr):
     """⑤ The tool ran: ``result`` on success, ``error`` otherwise (never both)."""
@@ -198,6 +210,7 @@ class ToolCalledContent(_HtmlRepr):
 
 
 @final
+@slot_init
 @attrs.frozen
 class UsageContent(_HtmlRepr):
     """Token usage of one LLM call."""
@@ -207,6 +220,7 @@ class UsageContent(_HtmlRepr):
 
 
 @final
+@slot_init
 @attrs.frozen
 class ErrorContent(_HtmlRepr):
     """The stream failed; the observable's ``on_error`` follows with the exception."""

@@ -49,7 +49,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable
-from typing import Any, Final, TypeAlias, cast, final
+from typing import Any, Final, Generic, TypeAlias, TypeVar, cast, final, overload
 
 import attrs
 
@@ -81,7 +81,9 @@ class ArgProgress:
 
 
 ArgEvent: TypeAlias = ArgMember | ArgProgress
-"""What :meth:`StreamingArgsParser.feed` reports."""
+"""What :meth:`StreamingArgsParser.feed` reports by default."""
+
+E = TypeVar("E")
 
 
 def _matcher(pattern: str) -> Callable[[str, int], re.Match[str]]:
@@ -122,7 +124,7 @@ def _utf8_len(text: str) -> int:
     return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
 
 
-class StreamingArgsParser:
+class StreamingArgsParser(Generic[E]):
     """Incremental JSON parser for streamed tool-call arguments.
 
     Feed fragments with :meth:`feed`, which returns the events they completed
@@ -134,9 +136,42 @@ class StreamingArgsParser:
         max_bytes: Reject the arguments (set :attr:`error`) once the UTF-8
             size of everything fed exceeds this; the offending fragment and
             later ones are not kept.
+        progress: Builds the event for a grown string value from ``(name,
+            received, fragment)``; :class:`ArgProgress` by default.
+        member: Builds the event for a complete member from ``(name,
+            value)``; :class:`ArgMember` by default. With both, :meth:`feed`
+            returns your own objects, built once, with no intermediate event.
+
+    Example:
+        >>> parser = StreamingArgsParser(
+        ...     progress=lambda name, received, fragment: ("grew", name, fragment),
+        ...     member=lambda name, value: ("done", name, value),
+        ... )
+        >>> parser.feed('{"n": 1, "s": "ab"}')
+        [('done', 'n', 1), ('grew', 's', 'ab'), ('done', 's', 'ab')]
     """
 
-    def __init__(self, *, max_bytes: int | None = None) -> None:
+    @overload
+    def __init__(self: StreamingArgsParser[ArgEvent], *, max_bytes: int | None = None) -> None: ...
+
+    @overload
+    def __init__(
+        self,
+        *,
+        max_bytes: int | None = None,
+        progress: Callable[[str, int, str], E],
+        member: Callable[[str, Any], E],
+    ) -> None: ...
+
+    def __init__(
+        self,
+        *,
+        max_bytes: int | None = None,
+        progress: Callable[[str, int, str], Any] = ArgProgress,
+        member: Callable[[str, Any], Any] = ArgMember,
+    ) -> None:
+        self._progress = progress
+        self._member = member
         self._max_bytes = max_bytes
         self._pieces: list[str] = []
         self._fed = 0  # characters fed so far
@@ -145,7 +180,7 @@ class StreamingArgsParser:
         self._error_pos = 0
         self._closed = False
         self._scanned = 0  # characters examined, including json.loads of slices
-        self._events: list[ArgEvent] = []
+        self._events: list[E] = []
         # Structure.
         self._mode = _VALUE
         self._stack: list[str] = []  # expected closers, "}" or "]"
@@ -189,7 +224,7 @@ class StreamingArgsParser:
             self._pieces = ["".join(self._pieces)]
         return self._pieces[0]
 
-    def feed(self, fragment: str) -> list[ArgEvent]:
+    def feed(self, fragment: str) -> list[E]:
         """Consume the next fragment of the arguments.
 
         Args:
@@ -223,7 +258,7 @@ class StreamingArgsParser:
                 self._val_parts.append(s)
                 self._progress_from += 1
                 self._received += len(s) if s.isascii() else _utf8_len(s)
-                return [ArgProgress(self._name, self._received, s)]
+                return [self._progress(self._name, self._received, s)]
         if self._closed:
             raise RuntimeError("feed() after close()")
         if self._max_bytes is not None:
@@ -241,7 +276,7 @@ class StreamingArgsParser:
             base -= len(self._pending)
             fragment = self._pending + fragment
             self._pending = ""
-        events: list[ArgEvent] = []
+        events: list[E] = []
         self._events = events
         self._run(fragment, base)
         if self._error is None:
@@ -532,7 +567,7 @@ class StreamingArgsParser:
                 if self._error is not None:
                     return
             self._members[self._name] = value
-            self._events.append(ArgMember(self._name, value))
+            self._events.append(self._member(self._name, value))
 
     def _flush_progress(self) -> None:
         parts = self._val_parts
@@ -546,4 +581,4 @@ class StreamingArgsParser:
                 new = parts[start]
             self._progress_from = start + 1
             self._received += _utf8_len(new)
-            self._events.append(ArgProgress(self._name, self._received, new))
+            self._events.append(self._progress(self._name, self._received, new))

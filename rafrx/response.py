@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any, final
 
 import attrs
 
+from rafrx._slot_init import slot_init
+
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
@@ -128,6 +130,7 @@ def _messages(items: Iterable[ChatMessage]) -> tuple[ChatMessage, ...]:
 
 
 @final
+@slot_init
 @attrs.frozen
 class AgentResponseResult:
     """One chunk of a converted stream: the contents and events of one update.

@@ -24,6 +24,7 @@ from typing import Any, final
 import attrs
 
 from rafrx import response as _response
+from rafrx._slot_init import slot_init
 from rafrx.response import FinishReason
 
 __all__ = [
@@ -45,6 +46,7 @@ __all__ = [
 
 
 @final
+@slot_init
 @attrs.frozen
 class TextDelta:
     """A piece of assistant text."""
@@ -53,6 +55,7 @@ class TextDelta:
 
 
 @final
+@slot_init
 @attrs.frozen
 class ReasoningDelta:
     """A piece of reasoning text (DeepSeek ``reasoning_content``, Anthropic thinking).
@@ -71,6 +74,7 @@ def _non_negative(instance: Any, attribute: Any, value: int) -> None:
 
 
 @final
+@slot_init
 @attrs.frozen
 class ToolCallDelta:
     """A legacy (OpenAI chat) flat tool-call delta, keyed by ``index``.
@@ -85,6 +89,7 @@ class ToolCallDelta:
 
 
 @final
+@slot_init
 @attrs.frozen
 class ToolCallStart:
     """A tool call began."""
@@ -94,6 +99,7 @@ class ToolCallStart:
 
 
 @final
+@slot_init
 @attrs.frozen
 class ToolCallArgs:
     """A fragment of a call's JSON arguments."""
@@ -103,6 +109,7 @@ class ToolCallArgs:
 
 
 @final
+@slot_init
 @attrs.frozen
 class ToolCallEnd:
     """A call's arguments are complete."""
@@ -111,6 +118,7 @@ class ToolCallEnd:
 
 
 @final
+@slot_init
 @attrs.frozen
 class ToolCalled:
     """A tool ran (reported by a provider that executes tools server-side)."""
@@ -121,6 +129,7 @@ class ToolCalled:
 
 
 @final
+@slot_init
 @attrs.frozen
 class ToolApprovalRequest:
     """The provider asks for approval before it runs a tool."""
@@ -132,6 +141,7 @@ class ToolApprovalRequest:
 
 
 @final
+@slot_init
 @attrs.frozen
 class Usage:
     """Token usage of the current LLM call."""
@@ -140,6 +150,7 @@ class Usage:
 
 
 @final
+@slot_init
 @attrs.frozen
 class Finish:
     """The LLM call finished."""
@@ -149,6 +160,7 @@ class Finish:
 
 
 @final
+@slot_init
 @attrs.frozen
 class Error:
     """The provider reported an error in the stream (ends the stream)."""
@@ -158,6 +170,7 @@ class Error:
 
 
 @final
+@slot_init
 @attrs.frozen
 class ResponseMetadata:
     """The response id and model, as soon as the provider tells them."""
@@ -167,6 +180,7 @@ class ResponseMetadata:
 
 
 @final
+@slot_init
 @attrs.frozen
 class Uri:
     """A citation, annotation or generated file."""

@@ -3,21 +3,49 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from rafrx.content import (
     Content,
+    ResponseMetadata,
     ToolCallArgsContent,
     ToolCallArgsParsedContent,
     ToolCallArgsProgressContent,
     ToolCallEndContent,
     ToolCallStartContent,
 )
-from rafrx.json_stream import ArgMember, StreamingArgsParser
+from rafrx.json_stream import StreamingArgsParser
 from rafrx.operators._reducer import reducer_operator
 from rafrx.response import AgentResponseResult
 from rafrx.typing import Operator
 
 __all__ = ["ArgsStreamParser", "parse_args_stream"]
+
+
+class _Contents:
+    """Builds one call's Parsed / Progress contents as its parser reports them."""
+
+    __slots__ = ("call_id", "meta")
+
+    def __init__(self, call_id: str, meta: ResponseMetadata) -> None:
+        self.call_id = call_id
+        self.meta = meta
+
+    def progress(self, name: str, received: int, fragment: str) -> Content:
+        return ToolCallArgsProgressContent(self.call_id, name, received, fragment, meta=self.meta)
+
+    def parsed(self, name: str, value: Any) -> Content:
+        return ToolCallArgsParsedContent(self.call_id, name, value, meta=self.meta)
+
+
+class _CallParser:
+    """One call's incremental parser, reporting contents."""
+
+    __slots__ = ("contents", "parser")
+
+    def __init__(self, call_id: str, meta: ResponseMetadata) -> None:
+        self.contents = contents = _Contents(call_id, meta)
+        self.parser = StreamingArgsParser(progress=contents.progress, member=contents.parsed)
 
 
 class ArgsStreamParser:
@@ -29,7 +57,7 @@ class ArgsStreamParser:
     __slots__ = ("_parsers",)
 
     def __init__(self) -> None:
-        self._parsers: dict[str, StreamingArgsParser] = {}
+        self._parsers: dict[str, _CallParser] = {}
 
     def step(self, result: AgentResponseResult) -> Sequence[AgentResponseResult]:
         contents = result.contents
@@ -39,7 +67,7 @@ class ArgsStreamParser:
                 has_args = True
                 break
             if isinstance(content, ToolCallStartContent):
-                self._parsers[content.call_id] = StreamingArgsParser()
+                self._parsers[content.call_id] = _CallParser(content.call_id, content.meta)
             elif isinstance(content, ToolCallEndContent):
                 self._parsers.pop(content.call_id, None)
         if not has_args:
@@ -50,7 +78,7 @@ class ArgsStreamParser:
             if type(content) is ToolCallArgsContent:
                 expanded.extend(self.parse(content))
             elif type(content) is ToolCallStartContent:
-                self._parsers[content.call_id] = StreamingArgsParser()
+                self._parsers[content.call_id] = _CallParser(content.call_id, content.meta)
             elif type(content) is ToolCallEndContent:
                 self._parsers.pop(content.call_id, None)
         return (
@@ -61,21 +89,11 @@ class ArgsStreamParser:
 
     def parse(self, content: ToolCallArgsContent) -> list[Content]:
         """The Parsed / Progress contents that follow ``content`` (what :meth:`step` inserts)."""
-        parser = self._parsers.get(content.call_id)
-        if parser is None:
-            parser = self._parsers[content.call_id] = StreamingArgsParser()
-        call_id, meta = content.call_id, content.meta
-        out: list[Content] = []
-        for event in parser.feed(content.args_delta):
-            if type(event) is ArgMember:
-                out.append(ToolCallArgsParsedContent(call_id, event.name, event.value, meta=meta))
-            else:
-                out.append(
-                    ToolCallArgsProgressContent(
-                        call_id, event.name, event.received, event.fragment, meta=meta
-                    )
-                )
-        return out
+        call = self._parsers.get(content.call_id)
+        if call is None:
+            call = self._parsers[content.call_id] = _CallParser(content.call_id, content.meta)
+        call.contents.meta = content.meta  # they carry the fragment's metadata
+        return call.parser.feed(content.args_delta)
 
     def finish(self) -> Sequence[AgentResponseResult]:
         return ()
