@@ -116,8 +116,9 @@ _VALUE, _KEY, _COLON, _AFTER, _STRING, _NUMBER, _LITERAL = range(7)
 # Number states (ZERO, INT, FRAC and EXP accept).
 _N_MINUS, _N_ZERO, _N_INT, _N_DOT, _N_FRAC, _N_E, _N_SIGN, _N_EXP = range(8)
 _N_ACCEPT: Final = frozenset({_N_ZERO, _N_INT, _N_FRAC, _N_EXP})
+_N_INTEGER: Final = frozenset({_N_ZERO, _N_INT})
 # How the value of a tracked (member or whole-document) value is obtained.
-_K_STRING, _K_CAPTURE, _K_LITERAL = range(3)
+_K_STRING, _K_CAPTURE, _K_LITERAL, _K_NUMBER = range(4)
 
 
 def _utf8_len(text: str) -> int:
@@ -332,7 +333,9 @@ class StreamingArgsParser(Generic[E]):
             else:  # between tokens
                 c = s[i]
                 if c in _WHITESPACE:
-                    j = _WS(s, i).end()
+                    j = i + 1  # usually one space: no regex call for it
+                    if j < n and s[j] in _WHITESPACE:
+                        j = _WS(s, j).end()
                     self._scanned += j - i
                     if j == n:
                         return
@@ -395,6 +398,7 @@ class StreamingArgsParser(Generic[E]):
         elif c == "-" or "0" <= c <= "9":
             if tracked:
                 self._begin_capture(i, base)
+                self._kind = _K_NUMBER
             self._mode = _NUMBER
             self._num = _N_MINUS if c == "-" else _N_ZERO if c == "0" else _N_INT
         elif c in _LITERALS:
@@ -430,7 +434,7 @@ class StreamingArgsParser(Generic[E]):
         if j < n and s[j] == '"':
             self._growing = False
             if out is not None and j > i:
-                out.append(_scanstring(s, i)[0])
+                out.append(s[i:j] if s.find("\\", i, j) < 0 else _scanstring(s, i)[0])
             if self._is_key:
                 self._mode = _COLON
                 if out is not None:
@@ -536,6 +540,8 @@ class StreamingArgsParser(Generic[E]):
         text = "".join(cap)
         self._scanned += len(text)
         try:
+            if self._kind == _K_NUMBER:  # the scanner checked the grammar; decode as json does
+                return int(text) if self._num in _N_INTEGER else float(text)
             return json.loads(text)
         except RecursionError:
             self._fail("Value nested too deeply", self._cap_start)
