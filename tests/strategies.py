@@ -336,3 +336,36 @@ def messy_updates(draw: st.DrawFn) -> list[u.AgentResponseUpdate]:
         st.builds(u.ToolApprovalRequest, ids, st.just("f"), st.just({}), st.just("")),
     )
     return draw(st.lists(update, max_size=25))
+
+
+@st.composite
+def argument_runs(draw: st.DrawFn) -> list[u.AgentResponseUpdate]:
+    """Mostly argument fragments of open calls, with the odd other update between.
+
+    ``convert()`` keeps a call's state across a run of its fragments and must
+    drop it whenever another update may change it: starts, ends, metadata,
+    a new call at the same wire index, finishes, limits.
+    """
+    fragment = st.sampled_from(['{"k": ', '"v', 'w"', "1", ", ", "}", "", '"\\u00e9', "xx"])
+    wire_id = st.none() | st.sampled_from(["", "c", "x"])
+    argument = st.one_of(
+        st.builds(u.ToolCallArgs, st.sampled_from(["a", "b"]), fragment),
+        st.builds(u.ToolCallDelta, st.integers(0, 1), wire_id, st.none() | st.just("f"), fragment),
+    )
+    other = st.one_of(
+        st.builds(u.ToolCallStart, st.sampled_from(["a", "b", "c"]), st.just("f")),
+        st.builds(u.ToolCallEnd, st.sampled_from(["a", "b", "c"])),
+        st.builds(u.TextDelta, st.just("t")),
+        st.builds(u.ResponseMetadata, st.none() | _ids(), st.none() | _names()),
+        st.builds(u.Finish, st.just(FinishReason.TOOL_CALLS)),
+    )
+    head: list[u.AgentResponseUpdate] = [
+        u.ToolCallStart("a", "f"),
+        u.ToolCallStart("b", "g"),
+        u.ToolCallDelta(0, "c", "f"),
+        u.ToolCallDelta(1, "d", "g"),
+    ]
+    weighted = st.sampled_from([0, 0, 0, 0, 0, 0, 1]).flatmap(
+        lambda k: argument if k == 0 else other
+    )
+    return head + draw(st.lists(weighted, max_size=40))

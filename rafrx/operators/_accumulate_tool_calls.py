@@ -24,13 +24,15 @@ from rafrx.operators._reducer import reducer_operator
 from rafrx.response import AgentResponseResult
 from rafrx.typing import Operator
 
-__all__ = ["DEFAULT_MAX_ARGUMENT_CHARS", "ToolCallAccumulator", "accumulate_tool_calls"]
+__all__ = ["DEFAULT_MAX_ARGUMENT_CHARS", "OpenCall", "ToolCallAccumulator", "accumulate_tool_calls"]
 
 #: Default cap on one call's arguments (characters); past it the stream fails.
 DEFAULT_MAX_ARGUMENT_CHARS = 64 * 1024 * 1024
 
 
-class _Call:
+class OpenCall:
+    """An open call as the accumulator tracks it (see :meth:`ToolCallAccumulator.open_call`)."""
+
     __slots__ = ("ended", "name", "size")
 
     def __init__(self, name: str) -> None:
@@ -56,7 +58,7 @@ class ToolCallAccumulator:
         self._id: str | None = None
         self._model: str | None = None
         self._meta = ResponseMetadata()
-        self._calls: dict[str, _Call] = {}
+        self._calls: dict[str, OpenCall] = {}
         self._in_call = False
         self._max = max_argument_chars
 
@@ -68,6 +70,26 @@ class ToolCallAccumulator:
             self._in_call = True
             events = (ResponseStartedEvent(self._id, self._model), *events)
         return AgentResponseResult(self._id, self._model, None, contents, events)
+
+    @property
+    def max_argument_chars(self) -> int:
+        """The cap on one call's arguments."""
+        return self._max
+
+    @property
+    def meta(self) -> ResponseMetadata:
+        """The metadata the next content carries."""
+        return self._meta
+
+    def open_call(self, call_id: str) -> OpenCall | None:
+        """The call, if it is started and not ended (its ``size`` is the arguments' so far).
+
+        While no update but argument fragments of open calls passes
+        :meth:`step`, this stays valid, and ``result(contents)`` is
+        ``AgentResponseResult(meta.id, meta.model, None, contents)``.
+        """
+        call = self._calls.get(call_id)
+        return None if call is None or call.ended or not self._in_call else call
 
     def arguments(self, call_id: str, args_delta: str) -> ToolCallArgsContent | None:
         """The content for an argument fragment; None for an empty one.
@@ -103,7 +125,7 @@ class ToolCallAccumulator:
             case u.ToolCallStart(call_id, name):
                 if call_id in self._calls:
                     return ()  # a duplicate start
-                self._calls[call_id] = _Call(name)
+                self._calls[call_id] = OpenCall(name)
                 return (self.result((ToolCallStartContent(call_id, name, meta=meta),)),)
             case u.ToolCallEnd(call_id):
                 call = self._calls.get(call_id)

@@ -15,8 +15,15 @@ with fewer intermediate objects:
   holding the ``ToolCallArgsContent`` and the Parsed / Progress contents
   that follow it, built once instead of once per stage.
 
-Everything else goes through the chain. The equivalence with the four
-operators piped apart is property-tested (``tests/operators/test_convert.py``).
+Everything else goes through the chain. An argument fragment of an open call
+is most of a tool-call stream, so after the first one a call's state in each
+stage (the accumulator's :class:`OpenCall`, the :class:`CallParser`, the
+flusher's kept fragments) is looked up once and kept in an :class:`_ArgumentRun`:
+the next fragments of that call cost one dictionary lookup. Any update that
+goes through the chain may change that state, so it drops every run.
+
+The equivalence with the four operators piped apart is property-tested
+(``tests/operators/test_convert.py``).
 
 Example:
     >>> from rafrx import updates as u
@@ -30,12 +37,17 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TypeVar
 
 from rafrx import updates as u
-from rafrx.content import Content
-from rafrx.operators._accumulate_tool_calls import DEFAULT_MAX_ARGUMENT_CHARS, ToolCallAccumulator
+from rafrx.content import Content, ResponseMetadata, ToolCallArgsContent
+from rafrx.operators._accumulate_tool_calls import (
+    DEFAULT_MAX_ARGUMENT_CHARS,
+    OpenCall,
+    ToolCallAccumulator,
+)
 from rafrx.operators._flush_tool_calls import ToolCallFlusher
-from rafrx.operators._parse_args_stream import ArgsStreamParser
+from rafrx.operators._parse_args_stream import ArgsStreamParser, CallParser
 from rafrx.operators._reducer import Chain
 from rafrx.operators._split_legacy_delta import LegacyDeltaSplitter
 from rafrx.response import AgentResponseResult
@@ -43,12 +55,49 @@ from rafrx.response import AgentResponseResult
 __all__ = ["Converter"]
 
 _ACCUMULATE = 1  # the accumulator's place in the chain (for Chain.raised)
+_Key = TypeVar("_Key", str, int)
+
+
+class _ArgumentRun:
+    """An open call's state in every stage, for its next argument fragments."""
+
+    __slots__ = ("call", "call_id", "kept", "limit", "meta", "parser")
+
+    def __init__(
+        self,
+        call_id: str,
+        call: OpenCall,
+        parser: CallParser,
+        kept: list[str] | None,
+        meta: ResponseMetadata,
+        limit: int,
+    ) -> None:
+        self.call_id = call_id
+        self.call = call
+        self.parser = parser
+        self.kept = kept
+        self.meta = meta
+        self.limit = limit
+
+    def fragment(self, delta: str) -> tuple[AgentResponseResult] | None:
+        """The result for ``delta``, as the stages would build it; None: not the usual case."""
+        call = self.call
+        size = call.size + len(delta)
+        if not delta or size > self.limit:
+            return None  # the stages themselves skip it or raise
+        call.size = size
+        meta = self.meta
+        content = ToolCallArgsContent(self.call_id, delta, meta=meta)
+        contents = self.parser.parser.feed(delta)
+        if self.kept is not None:
+            self.kept.append(delta)
+        return (AgentResponseResult(meta.id, meta.model, None, (content, *contents)),)
 
 
 class Converter:
     """The reducer behind :func:`~rafrx.operators.convert` (see the module docstring)."""
 
-    __slots__ = ("_accumulate", "_chain", "_flush", "_parse", "_split")
+    __slots__ = ("_accumulate", "_by_id", "_by_index", "_chain", "_flush", "_parse", "_split")
 
     def __init__(
         self, eager: bool = False, max_argument_chars: int = DEFAULT_MAX_ARGUMENT_CHARS
@@ -60,20 +109,36 @@ class Converter:
         self._chain: Chain[u.AgentResponseUpdate, AgentResponseResult] = Chain(
             self._split, self._accumulate, self._parse, self._flush
         )
+        self._by_id: dict[str, _ArgumentRun] = {}  # ToolCallArgs runs, by call id
+        self._by_index: dict[int, _ArgumentRun] = {}  # ToolCallDelta runs, by wire index
 
     def step(self, update: u.AgentResponseUpdate) -> Sequence[AgentResponseResult]:
-        kind = type(update)
-        if kind is u.TextDelta or kind is u.ReasoningDelta:
+        if type(update) is u.ToolCallDelta:
+            run = self._by_index.get(update.index)
+            if run is not None and (not update.id or update.id == run.call_id):
+                delta = update.arguments_delta
+                return run.fragment(delta) or self._arguments(run.call_id, delta)
+            call_id = self._split.continued_call(update)
+            if call_id is not None:
+                results = self._arguments(call_id, update.arguments_delta)
+                self._keep_run(call_id, self._by_index, update.index)
+                return results
+        elif type(update) is u.ToolCallArgs:
+            run = self._by_id.get(update.id)
+            if run is not None:
+                return run.fragment(update.args_delta) or self._arguments(
+                    update.id, update.args_delta
+                )
+            results = self._arguments(update.id, update.args_delta)
+            self._keep_run(update.id, self._by_id, update.id)
+            return results
+        elif type(update) is u.TextDelta or type(update) is u.ReasoningDelta:
             results = self._accumulate.step(update)
             for result in results:
                 self._flush.seen(result)
             return results
-        if type(update) is u.ToolCallArgs:
-            return self._arguments(update.id, update.args_delta)
-        if type(update) is u.ToolCallDelta:
-            call_id = self._split.continued_call(update)
-            if call_id is not None:
-                return self._arguments(call_id, update.arguments_delta)
+        self._by_id.clear()  # the chain may change any call's state
+        self._by_index.clear()
         return self._chain.step(update)
 
     def _arguments(self, call_id: str, args_delta: str) -> Sequence[AgentResponseResult]:
@@ -91,8 +156,24 @@ class Converter:
         self._flush.seen(result)
         return (result,)
 
+    def _keep_run(self, call_id: str, runs: dict[_Key, _ArgumentRun], key: _Key) -> None:
+        """After a fragment went through the stages: keep the call's state for the next ones."""
+        call = self._accumulate.open_call(call_id)
+        parser = self._parse.call(call_id)
+        if call is not None and parser is not None:
+            accumulate = self._accumulate
+            parser.contents.meta = accumulate.meta
+            kept = self._flush.kept_arguments(call_id)
+            runs[key] = _ArgumentRun(
+                call_id, call, parser, kept, accumulate.meta, accumulate.max_argument_chars
+            )
+
     def finish(self) -> Sequence[AgentResponseResult]:
+        self._by_id.clear()
+        self._by_index.clear()
         return self._chain.finish()
 
     def fail(self, error: Exception) -> Sequence[AgentResponseResult]:
+        self._by_id.clear()
+        self._by_index.clear()
         return self._chain.fail(error)

@@ -73,6 +73,11 @@ class ToolCallFlusher:
         """Note the id and model of a result passing by (the flushed results carry them)."""
         self._id, self._model = result.id, result.model
 
+    def kept_arguments(self, call_id: str) -> list[str] | None:
+        """The list :meth:`arguments` appends a call's fragments to (None: not kept)."""
+        pending = self._calls.get(call_id)
+        return None if pending is None else pending.args
+
     def arguments(self, content: ToolCallArgsContent) -> None:
         """Keep an argument fragment (what :meth:`step` does with one)."""
         pending = self._calls.get(content.call_id)

@@ -19,7 +19,7 @@ from rafrx.operators._reducer import reducer_operator
 from rafrx.response import AgentResponseResult
 from rafrx.typing import Operator
 
-__all__ = ["ArgsStreamParser", "parse_args_stream"]
+__all__ = ["ArgsStreamParser", "CallParser", "parse_args_stream"]
 
 
 class _Contents:
@@ -38,8 +38,8 @@ class _Contents:
         return ToolCallArgsParsedContent(self.call_id, name, value, meta=self.meta)
 
 
-class _CallParser:
-    """One call's incremental parser, reporting contents."""
+class CallParser:
+    """One call's incremental parser, reporting contents (see :meth:`ArgsStreamParser.call`)."""
 
     __slots__ = ("contents", "parser")
 
@@ -57,7 +57,7 @@ class ArgsStreamParser:
     __slots__ = ("_parsers",)
 
     def __init__(self) -> None:
-        self._parsers: dict[str, _CallParser] = {}
+        self._parsers: dict[str, CallParser] = {}
 
     def step(self, result: AgentResponseResult) -> Sequence[AgentResponseResult]:
         contents = result.contents
@@ -67,7 +67,7 @@ class ArgsStreamParser:
                 has_args = True
                 break
             if isinstance(content, ToolCallStartContent):
-                self._parsers[content.call_id] = _CallParser(content.call_id, content.meta)
+                self._parsers[content.call_id] = CallParser(content.call_id, content.meta)
             elif isinstance(content, ToolCallEndContent):
                 self._parsers.pop(content.call_id, None)
         if not has_args:
@@ -78,7 +78,7 @@ class ArgsStreamParser:
             if type(content) is ToolCallArgsContent:
                 expanded.extend(self.parse(content))
             elif type(content) is ToolCallStartContent:
-                self._parsers[content.call_id] = _CallParser(content.call_id, content.meta)
+                self._parsers[content.call_id] = CallParser(content.call_id, content.meta)
             elif type(content) is ToolCallEndContent:
                 self._parsers.pop(content.call_id, None)
         return (
@@ -87,11 +87,19 @@ class ArgsStreamParser:
             ),
         )
 
+    def call(self, call_id: str) -> CallParser | None:
+        """The parser of a call that has received arguments.
+
+        ``call.parser.feed(delta)`` (with ``call.contents.meta`` set to the
+        fragment's metadata) is what :meth:`parse` does with a fragment.
+        """
+        return self._parsers.get(call_id)
+
     def parse(self, content: ToolCallArgsContent) -> list[Content]:
         """The Parsed / Progress contents that follow ``content`` (what :meth:`step` inserts)."""
         call = self._parsers.get(content.call_id)
         if call is None:
-            call = self._parsers[content.call_id] = _CallParser(content.call_id, content.meta)
+            call = self._parsers[content.call_id] = CallParser(content.call_id, content.meta)
         call.contents.meta = content.meta  # they carry the fragment's metadata
         return call.parser.feed(content.args_delta)
 

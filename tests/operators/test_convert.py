@@ -28,7 +28,14 @@ from rafrx.events import FinishEvent, ResponseStartedEvent
 from rafrx.messages import ChatMessage, MessageRole, ToolCall
 from rafrx.response import AgentResponse, AgentResponseResult, FinishReason, Usage
 from tests.operators import apart, contents, marble, run, subscribed
-from tests.strategies import LLMCall, legacy_updates, llm_calls, messy_updates, start_args_updates
+from tests.strategies import (
+    LLMCall,
+    argument_runs,
+    legacy_updates,
+    llm_calls,
+    messy_updates,
+    start_args_updates,
+)
 
 R = AgentResponseResult
 D = u.ToolCallDelta
@@ -301,6 +308,14 @@ def test_split_then_convert_is_idempotent_on_start_args_updates() -> None:
 @settings(max_examples=120, deadline=None)
 @given(updates=messy_updates(), eager=st.booleans(), limit=st.sampled_from([DEFAULT_LIMIT, 4]))
 def test_convert_equals_the_four_operators_piped(
+    updates: list[Any], eager: bool, limit: int
+) -> None:
+    assert outcome(updates, ops.convert(eager, limit)) == outcome(updates, piped(eager, limit))
+
+
+@settings(max_examples=150, deadline=None)
+@given(updates=argument_runs(), eager=st.booleans(), limit=st.sampled_from([DEFAULT_LIMIT, 12]))
+def test_convert_equals_piped_over_runs_of_argument_fragments(
     updates: list[Any], eager: bool, limit: int
 ) -> None:
     assert outcome(updates, ops.convert(eager, limit)) == outcome(updates, piped(eager, limit))
