@@ -68,21 +68,18 @@ class ReasoningDelta:
     provider_data: Any = attrs.field(default=None, kw_only=True)
 
 
-def _non_negative(instance: Any, attribute: Any, value: int) -> None:
-    if value < 0:
-        raise ValueError(f"{attribute.name} must be >= 0, got {value}")
-
-
 @final
 @slot_init
 @attrs.frozen
 class ToolCallDelta:
     """A legacy (OpenAI chat) flat tool-call delta, keyed by ``index``.
 
-    ``split_legacy_delta()`` turns these into Start/Args/End updates.
+    ``split_legacy_delta()`` turns these into Start/Args/End updates (and
+    rejects a negative ``index`` with a ``ProtocolError``; no validator runs
+    per delta).
     """
 
-    index: int = attrs.field(validator=_non_negative)
+    index: int
     id: str | None = None
     name: str | None = None
     arguments_delta: str = ""

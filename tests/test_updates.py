@@ -68,11 +68,6 @@ def test_constructors_accept_keywords() -> None:
     )
 
 
-def test_tool_call_delta_rejects_a_negative_index() -> None:
-    with pytest.raises(ValueError, match="index"):
-        u.ToolCallDelta(-1)
-
-
 @pytest.mark.parametrize("update", ALL_UPDATES, ids=lambda x: type(x).__name__)
 def test_every_update_is_frozen_and_slotted(update: Any) -> None:
     field = attrs.fields(type(update))[0].name

@@ -97,6 +97,8 @@ class LegacyDeltaSplitter:
         if slot is None or (delta.id and slot.id and delta.id != slot.id):
             if slot is not None:
                 _check_named(delta.index, slot)
+            elif delta.index < 0:  # checked here, once per call, not per delta
+                raise ProtocolError(f"tool call index must be >= 0, got {delta.index}")
             slot = self._slots[delta.index] = _Slot(delta.id or None)
         elif delta.id and not slot.id:
             slot.id = delta.id

@@ -266,6 +266,15 @@ def test_a_call_with_arguments_but_no_name_is_a_protocol_error() -> None:
         splitter.step(u.Finish(FinishReason.TOOL_CALLS))
 
 
+def test_a_negative_index_is_a_protocol_error() -> None:
+    splitter = LegacyDeltaSplitter()
+    with pytest.raises(ProtocolError, match="index must be >= 0, got -1"):
+        splitter.step(u.ToolCallDelta(-1, id="a", name="f"))
+    out, errors = run([u.TextDelta("Hi"), u.ToolCallDelta(-2, name="f")], ops.convert())
+    assert [type(e).__name__ for e in errors] == ["ProtocolError"]
+    assert [type(c).__name__ for r in out for c in r.contents] == ["TextContent", "ErrorContent"]
+
+
 def test_a_nameless_call_replaced_by_a_new_id_is_a_protocol_error() -> None:
     splitter = LegacyDeltaSplitter()
     splitter.step(u.ToolCallDelta(0, id="a", arguments_delta="{}"))
