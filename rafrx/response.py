@@ -113,20 +113,21 @@ _PROVIDER_REASONS: dict[str, FinishReason] = {
 }
 
 
-def _contents(items: Iterable[Content]) -> tuple[Content, ...]:
-    return items if type(items) is tuple else tuple(items)
-
-
-def _events(items: Iterable[Event]) -> tuple[Event, ...]:
-    return items if type(items) is tuple else tuple(items)
-
-
 def _calls(items: Iterable[ToolCall]) -> tuple[ToolCall, ...]:
     return tuple(items)
 
 
 def _messages(items: Iterable[ChatMessage]) -> tuple[ChatMessage, ...]:
     return tuple(items)
+
+
+if TYPE_CHECKING:
+
+    def _as_contents(items: Iterable[Content]) -> tuple[Content, ...]: ...
+    def _as_events(items: Iterable[Event]) -> tuple[Event, ...]: ...
+
+else:  # ``tuple`` returns a tuple argument itself: no copy, and no Python-level call
+    _as_contents = _as_events = tuple
 
 
 @final
@@ -144,8 +145,8 @@ class AgentResponseResult:
     id: str | None = None
     model: str | None = None
     finish_reason: FinishReason | None = None
-    contents: tuple[Content, ...] = attrs.field(default=(), converter=_contents)
-    events: tuple[Event, ...] = attrs.field(default=(), converter=_events)
+    contents: tuple[Content, ...] = attrs.field(default=(), converter=_as_contents)
+    events: tuple[Event, ...] = attrs.field(default=(), converter=_as_events)
 
     def _repr_html_(self) -> str:
         from rafrx.notebook import result_html
