@@ -190,9 +190,12 @@ class OpenAIChatDialect:
         # Most chunks carry one or two of these keys: look each up once, check types only
         # for what is there (this runs for every chunk of every stream).
         tool_calls = delta.get("tool_calls")
-        if tool_calls is not None and len(delta) == 1:  # the usual argument chunk
-            self._tool_calls(event, delta, out)
-            return
+        if tool_calls is not None:
+            if type(tool_calls) is not list:
+                tool_calls = get_list(event, delta, "tool_calls")
+            if len(delta) == 1:  # the usual argument chunk
+                self._tool_calls(event, tool_calls, out)
+                return
         reasoning = delta.get("reasoning_content") or delta.get("reasoning")
         if reasoning is not None:
             reasoning = as_str(reasoning)
@@ -213,12 +216,12 @@ class OpenAIChatDialect:
             if refusal is not None:
                 out.append(TextDelta(refusal))
         if tool_calls is not None:
-            self._tool_calls(event, delta, out)
+            self._tool_calls(event, tool_calls, out)
 
     def _tool_calls(
-        self, event: ServerSentEvent, delta: dict[str, Any], out: list[AgentResponseUpdate]
+        self, event: ServerSentEvent, calls: list[Any], out: list[AgentResponseUpdate]
     ) -> None:
-        for call in get_list(event, delta, "tool_calls"):
+        for call in calls:
             if type(call) is not dict:
                 raise malformed(event, "a tool call delta should be an object")
             update = self._tool_call(event, call)
