@@ -190,6 +190,8 @@ def test_machine_description_names_cpu_and_python() -> None:
         "bench.measure",
         "bench.rafrx_pipeline",
         "bench.contenders",
+        "bench.cache",
+        "bench.bench_init",
     ],
 )
 def test_docstring_examples(module: str) -> None:
