@@ -400,12 +400,21 @@ class _RaiseOn:
 @given(
     items=st.lists(st.sampled_from(["a", "b", "x"]), max_size=6),
     bad=st.sampled_from(["x", "x'", "X", "X'"]),
+    shape=st.sampled_from(["four", "twice-raise", "raise-twice", "upper-raise"]),
 )
-def test_chain_behaves_like_piped_reducers_when_a_stage_raises(items: list[str], bad: str) -> None:
+def test_chain_behaves_like_piped_reducers_when_a_stage_raises(
+    items: list[str], bad: str, shape: str
+) -> None:
     from rafrx.operators._reducer import Chain, reducer_operator
 
-    def stages() -> list[Any]:
-        return [_Twice(), _RaiseOn("x'" if bad.startswith("x") else "?"), _Twice(), _RaiseOn(bad)]
+    def stages() -> list[Any]:  # two stages take the chain's unrolled path
+        early = _RaiseOn("x'" if bad.startswith("x") else "?")
+        return {
+            "four": [_Twice(), early, _Twice(), _RaiseOn(bad)],
+            "twice-raise": [_Twice(), _RaiseOn(bad)],
+            "raise-twice": [_RaiseOn(bad), _Twice()],
+            "upper-raise": [_RaiseOn("?"), _RaiseOn(bad)],  # one item in, one out
+        }[shape]
 
     def chained(source: Any) -> Any:
         return source.pipe(reducer_operator(lambda: Chain(*stages())))
@@ -440,6 +449,22 @@ def test_fused_pipeline_equals_the_operators_kept_apart(
         ops.flush_tool_calls(eager),
         ops.aggregate("agent"),
     )
+    with counted_ids():
+        fused, fused_errors = run(updates, *stages)
+    with counted_ids():
+        kept_apart, apart_errors = run(updates, apart(*stages))
+    assert fused == kept_apart
+    assert [(type(e), str(e)) for e in fused_errors] == [(type(e), str(e)) for e in apart_errors]
+    assert _error_partials(fused_errors) == _error_partials(apart_errors)
+
+
+@settings(max_examples=100, deadline=None)
+@given(updates=messy_updates(), eager=st.booleans(), limit=st.sampled_from([DEFAULT_LIMIT, 4]))
+def test_convert_then_aggregate_fused_equals_kept_apart(
+    updates: list[Any], eager: bool, limit: int
+) -> None:
+    # Two reducers: the chain's unrolled two-stage step.
+    stages = (ops.convert(eager, limit), ops.aggregate("agent"))
     with counted_ids():
         fused, fused_errors = run(updates, *stages)
     with counted_ids():
