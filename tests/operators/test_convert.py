@@ -463,6 +463,21 @@ def test_fused_pipeline_equals_the_operators_kept_apart(
     assert _error_partials(fused_errors) == _error_partials(apart_errors)
 
 
+def test_pipe_on_a_fused_observable_is_reactivex_pipe() -> None:
+    from rafrx.sources import from_sse
+
+    body = b'data: {"choices": [{"delta": {"content": "Hi"}, "finish_reason": "stop"}]}\n\n'
+    source = from_sse(body)
+    assert source.pipe() is source
+    counts = source.pipe(ops.convert(), rx_ops.map(lambda r: len(r.contents)), rx_ops.to_list())
+    expected = reactivex.pipe(
+        source, ops.convert(), rx_ops.map(lambda r: len(r.contents)), rx_ops.to_list()
+    )
+    assert counts.run() == expected.run()
+    assert counts.run() == [1, 0]  # the TextContent, then the finish
+    assert source.pipe(ops.convert()).pipe(ops.aggregate()).run().text == "Hi"
+
+
 def test_piped_reducer_operators_fuse_into_one_subscription() -> None:
     from rafrx.operators._reducer import Chain, ReducedObservable
 
