@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from bench.bench_init import attrs_twin
 from rafrx import content, response, updates
 from rafrx._slot_init import slot_init
 
@@ -21,25 +22,11 @@ STREAMED = [
 ] + [response.AgentResponseResult]
 
 
-def _plain(cls: type) -> Any:
-    """A copy of ``cls`` with attrs' generated ``__init__`` (no slot_init)."""
-    these = {
-        f.name: attrs.field(
-            default=f.default,
-            validator=f.validator,
-            converter=f.converter,
-            kw_only=f.kw_only,
-        )
-        for f in attrs.fields(cls)
-    }
-    return attrs.make_class(cls.__name__, these, frozen=True, slots=True)
-
-
 @pytest.mark.parametrize("cls", STREAMED, ids=lambda c: c.__name__)
 def test_every_streamed_class_stores_through_its_slots(cls: type) -> None:
     assert cls.__init__.__qualname__ == f"{cls.__qualname__}.__init__"
     assert "_store_0" in cls.__init__.__code__.co_names  # slot_init's, not attrs' own
-    assert _parameters(cls) == _parameters(_plain(cls))
+    assert _parameters(cls) == _parameters(attrs_twin(cls))
 
 
 def _parameters(cls: type) -> list[tuple[str, Any, Any]]:
@@ -49,7 +36,7 @@ def _parameters(cls: type) -> list[tuple[str, Any, Any]]:
 
 @pytest.mark.parametrize("cls", STREAMED, ids=lambda c: c.__name__)
 def test_built_objects_equal_attrs_own(cls: type) -> None:
-    plain = _plain(cls)
+    plain = attrs_twin(cls)
     required = [p for p in inspect.signature(cls).parameters.values() if p.default is p.empty]
     args = [1 if p.name == "index" else f"v{k}" for k, p in enumerate(required)]
     try:
@@ -71,7 +58,7 @@ class _Sample:
     e: Any = attrs.field(default=None, kw_only=True)
 
 
-_PlainSample = _plain(_Sample)
+_PlainSample = attrs_twin(_Sample)
 
 
 @given(
