@@ -192,6 +192,7 @@ def test_machine_description_names_cpu_and_python() -> None:
         "bench.contenders",
         "bench.cache",
         "bench.bench_init",
+        "bench.json_decoders",
     ],
 )
 def test_docstring_examples(module: str) -> None:

@@ -40,12 +40,15 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import msgspec
+
 from rafrx import response
 from rafrx.errors import IncompleteStream
 from rafrx.response import FinishReason
 from rafrx.sources.dialects._common import (
     as_int,
     as_str,
+    fitting,
     get_object,
     load_object,
     malformed,
@@ -113,6 +116,33 @@ class _Block:
         self.stopped = False
 
 
+# A content_block_delta of text, arguments or thinking (nearly every event of a
+# stream), as typed structs that msgspec decodes into directly (1.4-1.6x faster per
+# event than dicts: python -m bench.json_decoders). Any other delta type, or a member
+# of another type, does not fit: the general path reads it, with the same result
+# (tests/sources/test_dialect_fast_paths.py).
+
+
+class _TextDelta(msgspec.Struct, tag="text_delta"):
+    text: str | None = None
+
+
+class _InputJSONDelta(msgspec.Struct, tag="input_json_delta"):
+    partial_json: str | None = None
+
+
+class _ThinkingDelta(msgspec.Struct, tag="thinking_delta"):
+    thinking: str | None = None
+
+
+class _BlockDelta(msgspec.Struct, tag="content_block_delta"):
+    index: int
+    delta: _TextDelta | _InputJSONDelta | _ThinkingDelta
+
+
+_fit_block_delta = fitting(_BlockDelta)
+
+
 class AnthropicDialect:
     """Messages API events → updates; see the module docstring for the rules."""
 
@@ -143,6 +173,10 @@ class AnthropicDialect:
             if not isinstance(data, dict):
                 raise provider_error(event, None)
             raise provider_error(event, get_object(event, data, "error") or data)
+        if event.event == "content_block_delta":
+            fitted = _fit_block_delta(event.data)
+            if fitted is not None:
+                return self._typed_block_delta(fitted)
         data = load_object(event)
         kind = data.get("type", event.event)
         if kind == "error":
@@ -268,6 +302,24 @@ class AnthropicDialect:
             url = as_str(citation.get("url"))
             return [] if url is None else [Uri(url)]
         return []
+
+    def _typed_block_delta(self, data: _BlockDelta) -> list[AgentResponseUpdate]:
+        """What :meth:`_block_delta` returns for an event that fits :class:`_BlockDelta`."""
+        delta = data.delta
+        if type(delta) is _InputJSONDelta:
+            block = self._blocks.get(data.index)
+            if not delta.partial_json or block is None or block.type != "tool_use" or block.stopped:
+                return []  # empty, or a server tool's input
+            return [ToolCallArgs(block.id, delta.partial_json)]
+        if type(delta) is _TextDelta:
+            return [TextDelta(delta.text)] if delta.text else []
+        assert type(delta) is _ThinkingDelta
+        if not delta.thinking:
+            return []
+        block = self._blocks.get(data.index)
+        if block is not None:
+            block.thinking.append(delta.thinking)
+        return [ReasoningDelta(delta.thinking)]
 
     def _block_stop(
         self, event: ServerSentEvent, data: dict[str, Any]
