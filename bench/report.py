@@ -369,6 +369,7 @@ def machine() -> str:
     for package in (
         "reactivex",
         "attrs",
+        "msgspec",
         "orjson",
         "jiter",
         "openai",
