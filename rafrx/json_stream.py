@@ -53,10 +53,13 @@ from typing import Any, Final, Generic, TypeAlias, TypeVar, cast, final, overloa
 
 import attrs
 
+from rafrx._slot_init import slot_init
+
 __all__ = ["ArgEvent", "ArgMember", "ArgProgress", "StreamingArgsParser"]
 
 
 @final
+@slot_init
 @attrs.frozen
 class ArgMember:
     """A top-level member of the arguments object is complete."""
@@ -68,6 +71,7 @@ class ArgMember:
 
 
 @final
+@slot_init
 @attrs.frozen
 class ArgProgress:
     """A top-level string value grew."""
@@ -151,6 +155,45 @@ class StreamingArgsParser(Generic[E]):
         >>> parser.feed('{"n": 1, "s": "ab"}')
         [('done', 'n', 1), ('grew', 's', 'ab'), ('done', 's', 'ab')]
     """
+
+    # The scanner reads and writes these attributes a few times per token: slot
+    # access is measurably faster than an instance dict of this size.
+    __slots__ = (
+        "_bytes",
+        "_cap",
+        "_cap_from",
+        "_cap_start",
+        "_closed",
+        "_done",
+        "_error",
+        "_error_pos",
+        "_events",
+        "_fed",
+        "_first",
+        "_growing",
+        "_is_key",
+        "_key_parts",
+        "_kind",
+        "_lit",
+        "_lit_pos",
+        "_max_bytes",
+        "_member",
+        "_members",
+        "_mode",
+        "_name",
+        "_num",
+        "_out",
+        "_pending",
+        "_pieces",
+        "_progress",
+        "_progress_from",
+        "_received",
+        "_result",
+        "_scanned",
+        "_stack",
+        "_top_object",
+        "_val_parts",
+    )
 
     @overload
     def __init__(self: StreamingArgsParser[ArgEvent], *, max_bytes: int | None = None) -> None: ...
