@@ -489,6 +489,26 @@ def test_anthropic_server_tool_blocks_are_not_client_calls() -> None:
     assert out == [u.Finish(FinishReason.STOP)]
 
 
+def test_anthropic_deltas_after_a_block_stop_are_ignored() -> None:
+    tool = {"type": "tool_use", "id": "t", "name": "f"}
+    out = run_all(
+        AnthropicDialect(),
+        a_ev(block_start(0, tool)),
+        a_ev(block_delta(0, {"type": "input_json_delta", "partial_json": "{}"})),
+        a_ev(block_stop(0)),
+        a_ev(block_delta(0, {"type": "input_json_delta", "partial_json": " "})),
+        a_ev(block_stop(0)),
+        a_ev(message_delta("tool_use")),
+        a_ev(STOP),
+    )
+    assert out == [
+        u.ToolCallStart("t", "f"),
+        u.ToolCallArgs("t", "{}"),
+        u.ToolCallEnd("t"),
+        u.Finish(FinishReason.TOOL_CALLS),
+    ]
+
+
 def test_anthropic_usage_is_cumulative_and_reported_once() -> None:
     body = sse(
         ("message_start", message_start(input_tokens=100, output_tokens=1)),
