@@ -156,6 +156,8 @@ class Stats:
     body_bytes: int = 0
     first: float = float("inf")
     last: float = 0.0
+    cpu: float = 0.0
+    """CPU seconds this (client) process spent on the run, connecting included."""
     latencies: list[float] = attrs.field(factory=list)
     steady: list[float] = attrs.field(factory=list)
     """Latencies of every stream's third chunk on (past the connection burst)."""
@@ -262,7 +264,9 @@ def measure(runner: Runner, url: str, streams: int, stamped: bool) -> Stats:
     def record(text: str) -> None:
         stats.record(text, stamped)
 
+    cpu = time.process_time()
     asyncio.run(runner(url, streams, record, stats))
+    stats.cpu = time.process_time() - cpu
     return stats
 
 
@@ -287,12 +291,13 @@ def report(throughput: dict[str, Stats], latency: dict[str, Stats], args: Any) -
         f"{args.streams} concurrent streams on one asyncio loop "
         f"(Python {sys.version.split()[0]}, {os.cpu_count()} CPUs); servers in a child process.",
         "",
-        "| client | streams ok | chunks | chunks/s (xlimit) | MB/s | latency p50 ms "
-        "| latency p99 ms | steady p50 / p99 ms | paced chunks |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| client | streams ok | chunks | chunks/s (xlimit) | MB/s | client CPU µs/chunk (xlimit) "
+        "| latency p50 ms | latency p99 ms | steady p50 / p99 ms | paced chunks |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     base = throughput.get("limit")
     base_rate = base.chunks / (base.last - base.first) if base and base.last > base.first else 0.0
+    base_cpu = base.cpu / base.chunks if base and base.chunks else 0.0
     for key in CLIENTS:
         t = throughput.get(key)
         lat = latency.get(key)
@@ -305,8 +310,11 @@ def report(throughput: dict[str, Stats], latency: dict[str, Stats], args: Any) -
             cells += [f"{ok}/{t.streams}", f"{t.chunks:,}", f"{rate:,.0f}{ratio}"]
             mb = t.body_bytes / window / 1e6 if t.body_bytes else float("nan")
             cells.append("—" if mb != mb else f"{mb:.1f}")
+            cpu = t.cpu / t.chunks * 1e6 if t.chunks else float("nan")
+            cpu_ratio = f" ({cpu / 1e6 / base_cpu:.2f}x)" if base_cpu and t.chunks else ""
+            cells.append("—" if cpu != cpu else f"{cpu:.1f}{cpu_ratio}")
         else:
-            cells += ["—"] * 4
+            cells += ["—"] * 5
         if lat is not None and lat.latencies:
             cells += [
                 f"{_percentile(lat.latencies, 0.5) * 1000:.2f}",

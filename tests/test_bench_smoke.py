@@ -193,6 +193,7 @@ def test_machine_description_names_cpu_and_python() -> None:
         "bench.cache",
         "bench.bench_init",
         "bench.json_decoders",
+        "bench.idle_timer",
     ],
 )
 def test_docstring_examples(module: str) -> None:

@@ -52,6 +52,7 @@ from rafrx.errors import (
     TransportError,
 )
 from rafrx.sources._decoder import UpdateDecoder
+from rafrx.sources._idle import IdleTimer
 from rafrx.sse import DEFAULT_MAX_EVENT_BYTES, DEFAULT_MAX_LINE_BYTES, check_content_type
 from rafrx.updates import AgentResponseUpdate
 
@@ -501,21 +502,24 @@ class _StreamCall:
 
     async def _read_body(self, response: aiohttp.ClientResponse, decoder: UpdateDecoder) -> None:
         idle = self.timeouts.idle
-        loop = self.loop
         chunks = response.content.iter_any().__aiter__()
         try:
             async with asyncio.timeout(None) as deadline:
-                while True:
-                    if idle is not None:
-                        deadline.reschedule(loop.time() + idle)
-                    try:
-                        chunk = await chunks.__anext__()
-                    except StopAsyncIteration:
-                        return
-                    deadline.reschedule(None)
-                    self._deliver(decoder.feed(chunk))
-                    if decoder.done or self.stopped:
-                        return
+                timer = None if idle is None else IdleTimer(self.loop, idle, deadline)
+                try:
+                    while True:
+                        if timer is not None:
+                            timer.waiting()
+                        try:
+                            chunk = await chunks.__anext__()
+                        except StopAsyncIteration:
+                            return
+                        self._deliver(decoder.feed(chunk))
+                        if decoder.done or self.stopped:
+                            return
+                finally:
+                    if timer is not None:
+                        timer.cancel()
         except TimeoutError:
             raise IdleTimeout(
                 f"no data from {self.request.safe_url} for {idle} s (idle timeout)"

@@ -1,0 +1,90 @@
+"""``IdleTimer``: one timer per stream, exactly as strict as a timer re-armed per read.
+
+The HTTP source's own idle-timeout behaviour is tested over real HTTP in
+``test_http_faults.py`` and ``tests/reliability/test_faults.py``; these pin
+the timer's rules on a bare event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from rafrx.sources._idle import IdleTimer
+
+IDLE = 0.08
+
+
+async def _read(arrivals: list[float], idle: float = IDLE, work: float = 0.0) -> int:
+    """Wait for chunks arriving after ``arrivals`` seconds each (blocking ``work`` after each).
+
+    Returns how many arrived before the idle timeout, or raises ``TimeoutError``.
+    """
+    loop = asyncio.get_running_loop()
+    got = 0
+    async with asyncio.timeout(None) as deadline:
+        timer = IdleTimer(loop, idle, deadline)
+        try:
+            for gap in arrivals:
+                timer.waiting()
+                await asyncio.sleep(gap)  # the next chunk
+                got += 1
+                time.sleep(work)  # decoding it and running subscribers: no await
+        finally:
+            timer.cancel()
+    return got
+
+
+@pytest.mark.asyncio
+async def test_silence_longer_than_idle_expires() -> None:
+    start = time.monotonic()
+    with pytest.raises(TimeoutError):
+        await _read([0.01, 0.01, 10.0])
+    assert IDLE <= time.monotonic() - start < 2
+
+
+@pytest.mark.asyncio
+async def test_chunks_within_idle_never_expire_however_long_the_stream() -> None:
+    # 12 gaps of 3/8 the idle time: the stream lasts 4.5 idle periods, so the
+    # timer fires several times and must re-arm itself each time.
+    assert await _read([IDLE * 3 / 8] * 12) == 12
+
+
+@pytest.mark.asyncio
+async def test_time_spent_handling_a_chunk_does_not_count_as_silence() -> None:
+    # Each chunk takes longer than the idle time to handle (blocking), but the
+    # next one arrives soon after the read starts waiting again.
+    assert await _read([0.01] * 4, work=IDLE * 1.5) == 4
+
+
+@pytest.mark.asyncio
+async def test_the_timeout_counts_from_the_last_wait_not_the_first() -> None:
+    start = time.monotonic()
+    with pytest.raises(TimeoutError):
+        await _read([IDLE / 2, IDLE / 2, IDLE / 2, 10.0])
+    # The silence started after three half-idle gaps: it expires one idle later.
+    assert time.monotonic() - start >= 2.5 * IDLE
+
+
+@pytest.mark.asyncio
+async def test_cancel_stops_the_timer() -> None:
+    loop = asyncio.get_running_loop()
+    async with asyncio.timeout(None) as deadline:
+        timer = IdleTimer(loop, 0.02, deadline)
+        timer.cancel()
+        timer.cancel()  # idempotent
+        await asyncio.sleep(0.1)  # five idle periods, no timeout
+    assert deadline.when() is None
+
+
+@pytest.mark.asyncio
+async def test_an_outside_cancellation_stays_a_cancellation() -> None:
+    task = asyncio.ensure_future(_read([10.0], idle=5.0))
+    await asyncio.sleep(0.02)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    # and the timer did not outlive the read
+    assert not [h for h in asyncio.get_running_loop()._scheduled if not h.cancelled()]  # type: ignore[attr-defined]
