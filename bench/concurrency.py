@@ -11,7 +11,10 @@ clients all on this process's one asyncio loop. Two measurements:
 * **throughput**: ``rafrx.testing.LLMServer`` replays the same generated
   OpenAI chat body (``--events`` text deltas) to every stream as fast as it
   can, in 2 KB writes. Reported: total chunks (SSE events) per second and MB/s
-  over the window from the first content seen to the last.
+  over the window from the first content seen to the last, and this
+  process's CPU time per chunk (the client's own cost, whatever share of the
+  cores the server gets). The contenders take turns for ``--rounds`` rounds;
+  each is reported by its fastest round, the one least disturbed by other load.
 * **latency**: a stamping server sends ``--paced-events`` text deltas per
   stream, one every ``--interval`` seconds (20 every 0.5 s by default: 2000
   chunks/s offered over 1000 streams; streams start at random offsets),
@@ -333,7 +336,8 @@ def report(throughput: dict[str, Stats], latency: dict[str, Stats], args: Any) -
         lines += ["", "Errors: " + "; ".join(errors)]
     lines += [
         "",
-        f"Throughput: {args.events} text deltas per stream from LLMServer, 2 KB writes. "
+        f"Throughput: {args.events} text deltas per stream from LLMServer, 2 KB writes, "
+        f"best of {args.rounds} interleaved rounds. "
         f"Latency: {args.paced_events} deltas per stream, one every {args.interval * 1000:.0f} ms "
         f"({args.streams / args.interval:,.0f} chunks/s offered in total); *steady* leaves out "
         "each stream's first two chunks, which meet the burst of 1000 connections opening.",
@@ -348,6 +352,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--events", type=int, default=200, help="deltas per throughput stream")
     parser.add_argument("--paced-events", type=int, default=20, help="deltas per paced stream")
     parser.add_argument("--interval", type=float, default=0.5, help="seconds between paced deltas")
+    parser.add_argument("--rounds", type=int, default=3, help="throughput rounds, best kept")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--only", choices=sorted(CLIENTS), help="one client only")
     parser.add_argument("--update-readme", action="store_true", help="rewrite bench/README.md")
@@ -368,11 +373,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     server = _Server("--serve-replay", "--events", str(args.events), "--seed", str(args.seed))
     body_size = len(throughput_body(args.events, args.seed))
     try:
-        for key in clients:
-            print(f"throughput: {key}", file=sys.stderr)
-            stats = measure(CLIENTS[key], server.url, args.streams, stamped=False)
-            stats.body_bytes = body_size * (stats.streams - stats.failed)
-            throughput[key] = stats
+        for round_ in range(args.rounds):
+            for key in clients:
+                print(f"throughput: {key}, round {round_ + 1}", file=sys.stderr)
+                stats = measure(CLIENTS[key], server.url, args.streams, stamped=False)
+                stats.body_bytes = body_size * (stats.streams - stats.failed)
+                best = throughput.get(key)
+                if best is None or stats.last - stats.first < best.last - best.first:
+                    throughput[key] = stats
     finally:
         server.close()
     server = _Server(
