@@ -194,6 +194,7 @@ def test_machine_description_names_cpu_and_python() -> None:
         "bench.bench_init",
         "bench.json_decoders",
         "bench.idle_timer",
+        "bench.stages",
     ],
 )
 def test_docstring_examples(module: str) -> None:
