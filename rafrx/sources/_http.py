@@ -505,11 +505,10 @@ class _StreamCall:
         chunks = response.content.iter_any().__aiter__()
         try:
             async with asyncio.timeout(None) as deadline:
-                timer = None if idle is None else IdleTimer(self.loop, idle, deadline)
+                timer = IdleTimer(self.loop, idle, deadline)
                 try:
                     while True:
-                        if timer is not None:
-                            timer.waiting()
+                        timer.waiting()
                         try:
                             chunk = await chunks.__anext__()
                         except StopAsyncIteration:
@@ -518,8 +517,7 @@ class _StreamCall:
                         if decoder.done or self.stopped:
                             return
                 finally:
-                    if timer is not None:
-                        timer.cancel()
+                    timer.cancel()
         except TimeoutError:
             raise IdleTimeout(
                 f"no data from {self.request.safe_url} for {idle} s (idle timeout)"

@@ -51,7 +51,8 @@ class IdleTimer:
 
     Args:
         loop: The running event loop.
-        idle: Seconds of silence allowed.
+        idle: Seconds of silence allowed; ``None``: no limit (the timer
+            then does nothing).
         deadline: The :func:`asyncio.timeout` around the reads; on expiry it
             is rescheduled to now, so it cancels the waiting task and raises
             ``TimeoutError`` out of its ``async with``, with asyncio's own
@@ -61,13 +62,15 @@ class IdleTimer:
     __slots__ = ("_deadline", "_handle", "_idle", "_loop", "_since")
 
     def __init__(
-        self, loop: asyncio.AbstractEventLoop, idle: float, deadline: asyncio.Timeout
+        self, loop: asyncio.AbstractEventLoop, idle: float | None, deadline: asyncio.Timeout
     ) -> None:
         self._loop = loop
-        self._idle = idle
+        self._idle = 0.0 if idle is None else idle
         self._deadline = deadline
         self._since = loop.time()
-        self._handle: asyncio.TimerHandle | None = loop.call_at(self._since + idle, self._check)
+        self._handle: asyncio.TimerHandle | None = None
+        if idle is not None:
+            self._handle = loop.call_at(self._since + idle, self._check)
 
     def waiting(self) -> None:
         """A wait for the next chunk starts now."""

@@ -88,3 +88,15 @@ async def test_an_outside_cancellation_stays_a_cancellation() -> None:
         await task
     # and the timer did not outlive the read
     assert not [h for h in asyncio.get_running_loop()._scheduled if not h.cancelled()]  # type: ignore[attr-defined]
+
+
+@pytest.mark.asyncio
+async def test_no_idle_limit_sets_no_timer() -> None:
+    loop = asyncio.get_running_loop()
+    async with asyncio.timeout(None) as deadline:
+        timer = IdleTimer(loop, None, deadline)
+        timer.waiting()
+        await asyncio.sleep(0.05)
+        assert not [h for h in loop._scheduled if not h.cancelled()]  # type: ignore[attr-defined]
+        timer.cancel()
+    assert deadline.when() is None
