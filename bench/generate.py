@@ -649,6 +649,18 @@ def _size_label(size: int) -> str:
     return str(size)
 
 
+def split_events(body: bytes) -> list[bytes]:
+    """``body`` cut after every blank line: one SSE event per chunk, as a live stream arrives.
+
+    Example:
+        >>> split_events(b"data: 1\\n\\ndata: 2\\n\\n")
+        [b'data: 1\\n\\n', b'data: 2\\n\\n']
+    """
+    chunks = [event + b"\n\n" for event in body.split(b"\n\n")]
+    last = chunks.pop()[:-2]  # what followed the last blank line
+    return [*chunks, last] if last else chunks
+
+
 def split_chunks(body: bytes, seed: int = 0, lo: int = 1024, hi: int = 4096) -> list[bytes]:
     """``body`` cut into ``lo``-``hi`` byte chunks, as a socket would deliver it.
 

@@ -5,9 +5,11 @@ Usage (from the repository root, after ``pip install -e '.[bench]'``)::
     python -m bench.run                      # the full run behind bench/README.md
     python -m bench.run --quick              # a smaller run (seconds, not minutes)
     python -m bench.run --update-readme      # also rewrite the table in bench/README.md
+    python -m bench.run --per-event --only rafrx --scenarios chat/text   # live-stream reads
 
-Per scenario, the body is generated (seeded), cut into 1-4 KB chunks once,
-and every applicable contender reads that same chunk list. Each contender
+Per scenario, the body is generated (seeded), cut into 1-4 KB chunks once
+(``--per-event``: one chunk per SSE event, as a live stream arrives), and
+every applicable contender reads that same chunk list. Each contender
 first runs once untimed (its result is checked against the scenario's
 expected result, and a peer's run is stopped at ``--cap`` seconds: a
 quadratic peer on the 1 MB argument is then reported as a lower bound; the
@@ -32,7 +34,7 @@ from pathlib import Path
 
 from bench import report
 from bench.contenders import CONTENDERS, Contender, applicable
-from bench.generate import ARG_SIZES, Scenario, build_scenarios, split_chunks
+from bench.generate import ARG_SIZES, Scenario, build_scenarios, split_chunks, split_events
 from bench.measure import peak_memory, time_once, warm_up
 from bench.outcome import Outcome
 from bench.rafrx_pipeline import count_parse_events, run_rafrx
@@ -55,8 +57,13 @@ def measure_scenario(
     memory: bool = True,
     seed: int = 0,
     log: bool = False,
+    per_event: bool = False,
 ) -> list[report.Result]:
-    """Measure ``contenders`` on one scenario (see the module docstring)."""
+    """Measure ``contenders`` on one scenario (see the module docstring).
+
+    With ``per_event``, the body is cut into one chunk per SSE event (as a live
+    stream arrives) instead of 1-4 KB chunks.
+    """
     for c in contenders:
         if c.prepare is not None:
             c.prepare()
@@ -66,22 +73,22 @@ def measure_scenario(
     gc.collect()
     gc.freeze()
     try:
-        return _measure(scenario, contenders, repeat, budget, cap, memory, seed, log)
+        chunks = split_events(scenario.body) if per_event else split_chunks(scenario.body, seed)
+        return _measure(scenario, chunks, contenders, repeat, budget, cap, memory, log)
     finally:
         gc.unfreeze()
 
 
 def _measure(
     scenario: Scenario,
+    chunks: list[bytes],
     contenders: Sequence[Contender],
     repeat: int,
     budget: float,
     cap: float | None,
     memory: bool,
-    seed: int,
     log: bool,
 ) -> list[report.Result]:
-    chunks = split_chunks(scenario.body, seed=seed)
     expected = Outcome.of(scenario.expected)
     samples: dict[str, list[float]] = {}
     runs: dict[str, int] = {}
@@ -168,6 +175,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--no-memory", action="store_true", help="skip the tracemalloc runs")
     parser.add_argument("--only", help="comma-separated contender keys (the limit loop stays)")
     parser.add_argument("--scenarios", help="comma-separated scenario names or prefixes")
+    parser.add_argument(
+        "--per-event", action="store_true", help="one SSE event per chunk, as a live stream"
+    )
     parser.add_argument("--update-readme", action="store_true", help="rewrite bench/README.md")
     args = parser.parse_args(argv)
 
@@ -198,6 +208,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 memory=not args.no_memory,
                 seed=args.seed,
                 log=True,
+                per_event=args.per_event,
             )
         )
     command = "python -m bench.run " + " ".join(sys.argv[1:] if argv is None else argv)

@@ -115,6 +115,25 @@ def _make_event(event: str, data: str, id: str, retry: int | None) -> ServerSent
     return ev
 
 
+def _usual_block(block: str, event_type: str) -> tuple[str, str] | None:
+    """``(event type, data)`` of a block of one of the usual shapes; None for any other.
+
+    The usual shapes are one ``data`` line, and an ``event`` line followed by
+    one ``data`` line (a space after the colon or not). ``event_type`` is the
+    type set by earlier lines of the same event, if any.
+    """
+    if block.startswith("event:"):
+        nl = block.find("\n")
+        if nl < 0 or not block.startswith("data:", nl + 1) or block.find("\n", nl + 1) >= 0:
+            return None
+        etype = block[7:nl] if block.startswith(" ", 6) else block[6:nl]
+        nl += 6
+        return etype, block[nl + 1 :] if block.startswith(" ", nl) else block[nl:]
+    if not block.startswith("data:") or "\n" in block:
+        return None
+    return event_type, block[6:] if block.startswith(" ", 5) else block[5:]
+
+
 def _utf8_len(text: str) -> int:
     """Return the length of ``text`` in UTF-8 bytes (``isascii`` is O(1))."""
     return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
@@ -153,6 +172,7 @@ class SSEDecoder:
         "_held",
         "_id_buffer",
         "_last_id",
+        "_lone_chars",
         "_max_event",
         "_max_line",
         "_pieces",
@@ -170,6 +190,8 @@ class SSEDecoder:
             raise ValueError("max_line_bytes and max_event_bytes must be positive")
         self._max_line = max_line_bytes
         self._max_event = max_event_bytes
+        # A chunk of at most this many characters is within both limits (4 UTF-8 bytes a char).
+        self._lone_chars = min(max_line_bytes, max_event_bytes) >> 2
         self._last_id = ""
         self._retry: int | None = None
         self._reset()
@@ -233,6 +255,17 @@ class SSEDecoder:
             if text[-1] == "\r":  # the LF of a CRLF may start the next chunk
                 self._skip_lf = True
             text = text.replace("\r\n", "\n").replace("\r", "\n")
+        if (
+            text.endswith("\n\n")
+            and not self._pieces
+            and not self._data
+            and len(text) <= self._lone_chars
+        ):  # one whole event (a usual block has no blank line), nothing pending: a live read
+            usual = _usual_block(text[:-2], self._event_type)
+            if usual is not None:
+                self._last_id = last_id = self._id_buffer
+                self._event_type = ""
+                return [_make_event(usual[0] or "message", usual[1], last_id, self._retry)]
         try:
             if "\n" not in text:  # the line goes on
                 self._add_piece(text)
@@ -307,21 +340,11 @@ class SSEDecoder:
             retry = self._retry
             quarter = self._max_event >> 2  # data of at most this many chars is in bounds
             for block in blocks:
-                if block.startswith("data: ") and "\n" not in block:
+                if block.startswith("data: ") and "\n" not in block:  # the commonest: inline
                     value = block[6:]
                     etype = event_type
-                elif block.startswith("data:") and "\n" not in block:
-                    value = block[5:]
-                    etype = event_type
-                elif (
-                    block.startswith("event:")
-                    and (nl := block.find("\n")) > 0
-                    and block.startswith("data:", nl + 1)
-                    and block.find("\n", nl + 1) < 0
-                ):
-                    etype = block[7:nl] if block.startswith(" ", 6) else block[6:nl]
-                    nl += 6
-                    value = block[nl + 1 :] if block.startswith(" ", nl) else block[nl:]
+                elif (usual := _usual_block(block, event_type)) is not None:
+                    etype, value = usual
                 else:  # any other block: line by line, then its blank line
                     self._data = data
                     self._event_type = event_type

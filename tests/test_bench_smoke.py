@@ -16,7 +16,7 @@ import pytest
 from bench import report
 from bench.concurrency import CLIENTS, Stats, _Server, measure, throughput_body
 from bench.contenders import CONTENDERS, applicable
-from bench.generate import Scenario, build_scenarios, python_source, split_chunks
+from bench.generate import Scenario, build_scenarios, python_source, split_chunks, split_events
 from bench.limit import limit_anthropic, limit_openai_chat
 from bench.measure import peak_memory, warm_up
 from bench.outcome import Outcome
@@ -117,6 +117,16 @@ def test_the_runner_measures_and_checks_results() -> None:
     assert "| limit-json | " in text
     assert "Skipped: jiter: not installed" in text
     assert "rafrx ≤ 2x the stdlib limit" in text
+
+
+def test_the_runner_reads_one_event_per_chunk_on_request() -> None:
+    scenario = next(s for s in TINY if s.name == "anthropic/tools4-seq")
+    chunks = split_events(scenario.body)
+    assert b"".join(chunks) == scenario.body
+    assert all(chunk.endswith(b"\n\n") and chunk.count(b"\n\n") == 1 for chunk in chunks)
+    contenders = [c for c in applicable(scenario) if c.key in ("limit-json", "rafrx")]
+    results = measure_scenario(scenario, contenders, repeat=1, memory=False, per_event=True)
+    assert [r.correct for r in results] == [True, True]
 
 
 def test_a_wrong_result_is_flagged() -> None:

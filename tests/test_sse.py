@@ -9,10 +9,12 @@ import functools
 import itertools
 import json
 import random
+import re
 import tracemalloc
 from collections.abc import AsyncIterator, Iterable
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import attrs
 import pytest
@@ -149,6 +151,23 @@ def test_vector_arbitrary_splits(case: dict[str, Any], data: st.DataObject) -> N
     assert decode(cut(body, offsets)) == expected(case)
 
 
+def split_after(body: bytes, separator: bytes) -> list[bytes]:
+    """``body`` cut just after every ``separator``."""
+    offsets, at = [], body.find(separator)
+    while at >= 0:
+        offsets.append(at + len(separator))
+        at = body.find(separator, at + len(separator))
+    return cut(body, offsets)
+
+
+@pytest.mark.parametrize("case", CASES, ids=case_id)
+def test_vector_one_line_or_one_block_per_chunk(case: dict[str, Any]) -> None:
+    """As a live stream arrives: an event (or a line) per read."""
+    body = body_of(case)
+    for separator in (b"\n\n", b"\n", b"\r\n\r\n", b"\r"):
+        assert decode(split_after(body, separator)) == expected(case), separator
+
+
 # ------------------------------------------------------------ Content-Type
 
 
@@ -235,6 +254,65 @@ def test_fixture_chunking_invariance(path: Path, data: st.DataObject) -> None:
 def test_fixture_one_byte_chunks(path: Path) -> None:
     body, whole = fixture_whole(path)
     assert decode(one_byte_chunks(body)) == whole
+
+
+USUAL_BLOCK = re.compile(r"(?:event: ?[^\n]*\n)?data: ?[^\n]*")
+
+
+def test_fixture_events_read_one_by_one_take_the_lone_event_path() -> None:
+    # A live stream arrives one event per read. A chunk holding one event of the
+    # usual shapes must be decoded without the general block loop (the fast path),
+    # to the same events: checked on every recorded stream made only of such events.
+    usual = []
+    for path in SSE_FILES:
+        body, whole = fixture_whole(path)
+        blocks = body.decode().split("\n\n")
+        if blocks[-1] or not all(USUAL_BLOCK.fullmatch(b) for b in blocks[:-1]):
+            continue  # comments, ids, multi-line data, a cut-off end: the general path
+        usual.append(path)
+        with mock.patch.object(SSEDecoder, "_process", side_effect=AssertionError(path)):
+            assert decode(split_after(body, b"\n\n")) == whole
+    assert len(usual) >= 40
+
+
+@pytest.mark.parametrize(
+    ("chunks", "want"),
+    [
+        # state left by earlier chunks applies to a lone event
+        ([b"event: e\n", b"data: 1\n\n"], [("e", "1", "")]),
+        ([b"event: e\n", b"event: f\ndata: 1\n\n"], [("f", "1", "")]),
+        ([b"event: e\n", b"event:\ndata: 1\n\n"], [("message", "1", "")]),
+        (
+            [b"id: 7\n", b"data: 1\n\n", b"data: 2\n\n"],
+            [("message", "1", "7"), ("message", "2", "7")],
+        ),
+        ([b"data: 1\n", b"data: 2\n\n"], [("message", "1\n2", "")]),
+        ([b"da", b"ta: 1\n\n", b"data: 2\n\n"], [("message", "1", ""), ("message", "2", "")]),
+        (
+            [b"\xef\xbb\xbfdata: 1\n\n", b"data: 2\n\n"],
+            [("message", "1", ""), ("message", "2", "")],
+        ),
+        ([b"data: 1\r\r", b"\ndata: 2\r\n\r\n"], [("message", "1", ""), ("message", "2", "")]),
+        ([b"data: \xe2\x82", b"\xac\n\n"], [("message", "\u20ac", "")]),
+        # a lone event resets the type for the next one; no space after the colon
+        ([b"event: e\ndata: 1\n\n", b"data:2\n\n"], [("e", "1", ""), ("message", "2", "")]),
+        # not usual shapes: the general path
+        ([b"data: 1\ndata: 2\n\n"], [("message", "1\n2", "")]),
+        ([b"id: 3\ndata: 1\n\n"], [("message", "1", "3")]),
+        ([b": ping\n\n", b"data: 1\n\n"], [("message", "1", "")]),
+    ],
+)
+def test_lone_event_chunks_keep_the_stream_state(
+    chunks: list[bytes], want: list[tuple[str, str, str]]
+) -> None:
+    assert [(e.event, e.data, e.id) for e in iter_events(chunks)] == want
+
+
+def test_lone_event_with_retry_then_lone_events() -> None:
+    decoder = SSEDecoder()
+    assert decoder.feed(b"retry: 250\n\n") == []
+    [event] = decoder.feed(b"data: x\n\n")
+    assert (event.data, event.retry) == ("x", 250)
 
 
 # ------------------------------------------------------------ limits
