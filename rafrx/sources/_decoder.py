@@ -81,8 +81,11 @@ class UpdateDecoder:
         dialect = self._dialect
         if dialect.done:
             return []
+        events = self._sse.feed(chunk)
+        if len(events) == 1:  # a live stream's usual read: nothing before it to keep
+            return dialect.feed(events[0])
         out: list[AgentResponseUpdate] = []
-        for event in self._sse.feed(chunk):
+        for event in events:
             try:
                 out += dialect.feed(event)
             except RafrxError as err:

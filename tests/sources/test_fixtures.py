@@ -205,6 +205,17 @@ def test_fixture_one_byte_chunks_give_the_same_response(path: str) -> None:
 
 
 @pytest.mark.parametrize("path", IDS)
+def test_fixture_read_one_event_at_a_time_gives_the_same_response(path: str) -> None:
+    # As a live stream arrives: each read one event (the decoders' fast paths).
+    entry = BY_PATH[path]
+    body = _body(entry)
+    whole = _normalized(_outcome(body, entry["format"]), body)
+    events = [event + b"\n\n" for event in body.replace(b"\r\n", b"\n").split(b"\n\n")]
+    events[-1] = events[-1][:-2]
+    assert _normalized(_outcome(events, entry["format"]), body) == whole
+
+
+@pytest.mark.parametrize("path", IDS)
 def test_fixture_fused_pipeline_equals_the_operators_kept_apart(path: str) -> None:
     # from_sse → convert() → aggregate() runs as one loop over the body (a SyncSource
     # driving one Chain); with identity maps between them nothing fuses.

@@ -53,7 +53,7 @@ class Dialect(Protocol):
         ...
 
     def feed(self, event: ServerSentEvent) -> list[AgentResponseUpdate]:
-        """Translate one event (ignored once :attr:`done`).
+        """Translate one event (ignored once :attr:`done`) into a new list of updates.
 
         Raises:
             ProviderError: The event reports an error.
