@@ -4,6 +4,7 @@ Usage::
 
     python -m bench.stages                                   # the tool-call streams
     python -m bench.stages --scenarios chat/text,anthropic/write_file-100k --rounds 50
+    python -m bench.stages --per-event          # one event per chunk, as a live stream
 
 For each scenario (generated and chunked as ``bench.run`` does), each stage of
 the rafrx pipeline runs alone over its own input, computed once beforehand:
@@ -35,7 +36,7 @@ import time
 from collections.abc import Callable, Sequence
 from functools import partial
 
-from bench.generate import ARG_SIZES, build_scenarios, split_chunks
+from bench.generate import ARG_SIZES, build_scenarios, split_chunks, split_events
 from bench.limit import limit_anthropic, limit_openai_chat
 from bench.rafrx_pipeline import run_rafrx
 from rafrx.operators._aggregate import ResponseAggregator
@@ -97,14 +98,21 @@ def _aggregate(results: list[AgentResponseResult]) -> object:
     return aggregator.finish()
 
 
-def measure(names: Sequence[str], rounds: int = 30) -> list[tuple[str, str, float]]:
-    """``(scenario, stage, best seconds)`` rows, the limit loop's first."""
+def measure(
+    names: Sequence[str], rounds: int = 30, per_event: bool = False
+) -> list[tuple[str, str, float]]:
+    """``(scenario, stage, best seconds)`` rows, the limit loop's first.
+
+    With ``per_event``, one SSE event per chunk (as a live stream arrives)
+    instead of 1-4 KB chunks.
+    """
     sizes = ARG_SIZES if any("write_file" in name for name in names) else ()
     scenarios = {s.name: s for s in build_scenarios(arg_sizes=sizes, seed=0)}
     rows: list[tuple[str, str, float]] = []
     for name in names:
         scenario = scenarios[name]
-        chunks = split_chunks(scenario.body, seed=0)
+        body = scenario.body
+        chunks = split_events(body) if per_event else split_chunks(body, seed=0)
         dialect = scenario.dialect
         limit = limit_openai_chat if dialect == "openai-chat" else limit_anthropic
         events = _events(chunks)
@@ -131,8 +139,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scenarios", default=_DEFAULT)
     parser.add_argument("--rounds", type=int, default=30)
+    parser.add_argument("--per-event", action="store_true", help="one SSE event per chunk")
     args = parser.parse_args(argv)
-    rows = measure(args.scenarios.split(","), args.rounds)
+    rows = measure(args.scenarios.split(","), args.rounds, args.per_event)
     stages = list(dict.fromkeys(stage for _, stage, _ in rows))
     print("| scenario | " + " | ".join(stages) + " |")
     print("| --- " * (len(stages) + 1) + "|")
