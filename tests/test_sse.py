@@ -308,6 +308,40 @@ def test_lone_event_chunks_keep_the_stream_state(
     assert [(e.event, e.data, e.id) for e in iter_events(chunks)] == want
 
 
+_FIELD_VALUES = st.text(st.characters(blacklist_characters="\r\n"), max_size=6)
+_LINES = st.one_of(
+    st.builds(lambda v: f"data: {v}", _FIELD_VALUES),
+    st.builds(lambda v: f"data:{v}", _FIELD_VALUES),
+    st.builds(lambda v: f"event: {v}", _FIELD_VALUES),
+    st.just("event:"),
+    st.builds(lambda n: f"id: {n}", st.integers(0, 99)),
+    st.builds(lambda n: f"retry: {n}", st.integers(0, 9999)),
+    st.just(": keep-alive"),
+    st.just("data"),
+)
+# Blocks mostly of the usual shapes (what the one-event fast path takes), some not.
+_BLOCKS = st.one_of(
+    st.builds(lambda v: f"data: {v}", _FIELD_VALUES),
+    st.builds(lambda t, v: f"event: {t}\ndata: {v}", _FIELD_VALUES, _FIELD_VALUES),
+    st.lists(_LINES, min_size=1, max_size=4).map("\n".join),
+)
+
+
+@MANY
+@given(
+    blocks=st.lists(_BLOCKS, max_size=8), tail=st.sampled_from(["", "data: cut"]), data=st.data()
+)
+def test_one_block_per_chunk_equals_the_whole_body(
+    blocks: list[str], tail: str, data: st.DataObject
+) -> None:
+    body = "".join(block + "\n\n" for block in blocks) + tail
+    raw = body.encode()
+    whole = decode([raw])
+    assert decode(split_after(raw, b"\n\n")) == whole
+    offsets = data.draw(st.lists(st.integers(0, len(raw)), max_size=8), label="offsets")
+    assert decode(cut(raw, offsets)) == whole
+
+
 def test_lone_event_with_retry_then_lone_events() -> None:
     decoder = SSEDecoder()
     assert decoder.feed(b"retry: 250\n\n") == []
