@@ -6,7 +6,6 @@ import asyncio
 import base64
 import doctest
 import functools
-import itertools
 import json
 import random
 import re
@@ -32,6 +31,7 @@ from rafrx.sse import (
     check_content_type,
     iter_events,
 )
+from tests import cut, split_after
 
 DATA = Path(__file__).parent / "data"
 CONFORMANCE = json.loads((DATA / "conformance" / "sse-wpt.json").read_text("utf-8"))
@@ -81,12 +81,6 @@ def expected(case: dict[str, Any]) -> Outcome:
         case["expected_reconnection_time_ms"],
         case["expected_final_last_event_id"],
     )
-
-
-def cut(body: bytes, offsets: Iterable[int]) -> list[bytes]:
-    """Split ``body`` at the given offsets (any order, duplicates allowed)."""
-    bounds = [0, *sorted(set(offsets)), len(body)]
-    return [body[a:b] for a, b in itertools.pairwise(bounds)]
 
 
 def one_byte_chunks(body: bytes) -> list[bytes]:
@@ -149,15 +143,6 @@ def test_vector_arbitrary_splits(case: dict[str, Any], data: st.DataObject) -> N
     body = body_of(case)
     offsets = data.draw(st.lists(st.integers(0, len(body)), max_size=24), label="offsets")
     assert decode(cut(body, offsets)) == expected(case)
-
-
-def split_after(body: bytes, separator: bytes) -> list[bytes]:
-    """``body`` cut just after every ``separator``."""
-    offsets, at = [], body.find(separator)
-    while at >= 0:
-        offsets.append(at + len(separator))
-        at = body.find(separator, at + len(separator))
-    return cut(body, offsets)
 
 
 @pytest.mark.parametrize("case", CASES, ids=case_id)

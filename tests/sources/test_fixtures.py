@@ -8,7 +8,6 @@ model: text (+ refusal, which rafrx treats as text), reasoning, tool calls
 
 from __future__ import annotations
 
-import itertools
 import json
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,7 @@ from rafrx.content import ErrorContent
 from rafrx.errors import ProviderError, RafrxError
 from rafrx.response import AgentResponse, FinishReason, Usage
 from rafrx.sources import from_sse
+from tests import cut, split_after
 
 FIXTURES = Path(__file__).resolve().parent.parent / "data" / "fixtures"
 MANIFEST: list[dict[str, Any]] = json.loads((FIXTURES / "MANIFEST.json").read_text("utf-8"))
@@ -178,11 +178,6 @@ def _normalized(outcome: AgentResponse | RafrxError, body: bytes) -> Any:
     return text
 
 
-def _split(body: bytes, cuts: list[int]) -> list[bytes]:
-    points = [0, *sorted(set(cuts)), len(body)]
-    return [body[a:b] for a, b in itertools.pairwise(points)]
-
-
 @pytest.mark.parametrize("path", IDS)
 @settings(max_examples=5, deadline=None, database=None)
 @given(data=st.data())
@@ -191,7 +186,7 @@ def test_fixture_split_anywhere_gives_the_same_response(path: str, data: st.Data
     body = _body(entry)
     cuts = data.draw(st.lists(st.integers(0, len(body)), max_size=40), label="cuts")
     whole = _normalized(_outcome(body, entry["format"]), body)
-    split = _normalized(_outcome(_split(body, cuts), entry["format"]), body)
+    split = _normalized(_outcome(cut(body, cuts), entry["format"]), body)
     assert split == whole
 
 
@@ -210,8 +205,7 @@ def test_fixture_read_one_event_at_a_time_gives_the_same_response(path: str) -> 
     entry = BY_PATH[path]
     body = _body(entry)
     whole = _normalized(_outcome(body, entry["format"]), body)
-    events = [event + b"\n\n" for event in body.replace(b"\r\n", b"\n").split(b"\n\n")]
-    events[-1] = events[-1][:-2]
+    events = split_after(body.replace(b"\r\n", b"\n"), b"\n\n")
     assert _normalized(_outcome(events, entry["format"]), body) == whole
 
 
