@@ -7,6 +7,7 @@ chunks, and that the runner, the cap and the report do what they claim.
 
 from __future__ import annotations
 
+import argparse
 import doctest
 import importlib
 import json
@@ -15,6 +16,7 @@ import pytest
 
 from bench import report
 from bench.concurrency import CLIENTS, Stats, _Server, measure, throughput_body
+from bench.concurrency import report as concurrency_report
 from bench.contenders import CONTENDERS, applicable
 from bench.generate import Scenario, build_scenarios, python_source, split_chunks, split_events
 from bench.limit import limit_anthropic, limit_openai_chat
@@ -224,6 +226,25 @@ def test_concurrency_clients_read_every_chunk() -> None:
     finally:
         server.close()
     assert len(throughput_body(events)) > 0
+
+
+def test_concurrency_clients_count_their_cpu_time() -> None:
+    server = _Server("--serve-replay", "--events", "10")
+    try:
+        stats = measure(CLIENTS["rafrx"], server.url, 2, stamped=False)
+    finally:
+        server.close()
+    assert stats.cpu > 0
+
+
+def test_concurrency_report_gives_cpu_per_chunk_as_a_ratio_to_the_limit() -> None:
+    limit = Stats(streams=1, chunks=1000, first=0.0, last=1.0, cpu=0.005)
+    rafrx = Stats(streams=1, chunks=1000, first=0.0, last=2.0, cpu=0.0075)
+    args = argparse.Namespace(streams=1, events=1000, paced_events=1, interval=1.0, rounds=3)
+    text = concurrency_report({"limit": limit, "rafrx": rafrx}, {}, args)
+    assert "| limit | 1/1 | 1,000 | 1,000 (1.00x) | — | 5.0 (1.00x) |" in text
+    assert "| rafrx | 1/1 | 1,000 | 500 (0.50x) | — | 7.5 (1.50x) |" in text
+    assert "best of 3 interleaved rounds" in text
 
 
 def test_concurrency_latency_uses_the_server_stamp() -> None:
