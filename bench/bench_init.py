@@ -1,15 +1,19 @@
-"""Construction cost of the objects a stream builds per chunk, with and without ``slot_init``.
+"""Construction cost of the objects a stream builds per chunk, three ways.
 
 Run ``python -m bench.bench_init``. For each class a copy with attrs' own
 generated ``__init__`` is made (same fields, defaults, converters and
-validators), and both are timed building the same arguments with
-:mod:`timeit` (best of 7 repeats). ``slot_init`` stores each field through
-its slot descriptor instead of ``object.__setattr__`` by name.
+validators), and it, the class itself (``slot_init``: each field stored
+through its slot descriptor instead of ``object.__setattr__`` by name) and
+its ``slot_builder`` (every field positionally: no keyword argument to
+match) are timed building the same object with :mod:`timeit` (best of 7
+repeats).
 
 Example:
     >>> rows = measure(number=200, repeat=1)
     >>> [name for name, *_ in rows][:2]
     ['ToolCallDelta', 'ToolCallArgsContent']
+    >>> len(rows[0])
+    4
 """
 
 from __future__ import annotations
@@ -24,18 +28,20 @@ import attrs
 
 from rafrx import content as c
 from rafrx import updates as u
+from rafrx._slot_init import slot_builder
 from rafrx.response import AgentResponseResult
 
 __all__ = ["attrs_twin", "measure"]
 
 _META = c.ResponseMetadata("resp_1", "gpt")
-CASES: list[tuple[type, Callable[[Any], object]]] = [
-    (u.ToolCallDelta, lambda cls: cls(1, None, None, '{"ci')),
-    (c.ToolCallArgsContent, lambda cls: cls("call_1", '{"ci', meta=_META)),
-    (c.ToolCallArgsProgressContent, lambda cls: cls("call_1", "city", 5, "Paris", meta=_META)),
-    (AgentResponseResult, lambda cls: cls("resp_1", "gpt", None, (_META,), ())),
-    (c.TextContent, lambda cls: cls("Hello", meta=_META)),
+CASES: list[tuple[type, tuple[Any, ...], dict[str, Any]]] = [
+    (u.ToolCallDelta, (1, None, None, '{"ci'), {}),
+    (c.ToolCallArgsContent, ("call_1", '{"ci'), {"meta": _META}),
+    (c.ToolCallArgsProgressContent, ("call_1", "city", 5, "Paris"), {"meta": _META}),
+    (AgentResponseResult, ("resp_1", "gpt", None, (_META,), ()), {}),
+    (c.TextContent, ("Hello",), {"meta": _META}),
 ]
+"""(class, positional arguments, keyword arguments): the builder takes both, in order."""
 
 
 def attrs_twin(cls: type) -> Any:
@@ -49,18 +55,17 @@ def attrs_twin(cls: type) -> Any:
     return attrs.make_class(cls.__name__, these, frozen=True, slots=True)
 
 
-def measure(number: int = 200_000, repeat: int = 7) -> list[tuple[str, float, float]]:
-    """``(class, attrs ns, slot_init ns)`` per object, best of ``repeat``."""
+def measure(number: int = 200_000, repeat: int = 7) -> list[tuple[str, float, float, float]]:
+    """``(class, attrs ns, slot_init ns, slot_builder ns)`` per object, best of ``repeat``."""
     rows = []
-    for cls, build in CASES:
-        plain = attrs_twin(cls)
-        times = [
-            min(timeit.repeat(functools.partial(build, k), number=number, repeat=repeat))
-            / number
-            * 1e9
-            for k in (plain, cls)
+    for cls, args, kwargs in CASES:
+        calls: list[Callable[[], object]] = [
+            functools.partial(attrs_twin(cls), *args, **kwargs),
+            functools.partial(cls, *args, **kwargs),
+            functools.partial(slot_builder(cls), *args, *kwargs.values()),
         ]
-        rows.append((cls.__name__, times[0], times[1]))
+        ns = [min(timeit.repeat(k, number=number, repeat=repeat)) / number * 1e9 for k in calls]
+        rows.append((cls.__name__, ns[0], ns[1], ns[2]))
     return rows
 
 
@@ -69,10 +74,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--number", type=int, default=200_000)
     args = parser.parse_args(argv)
-    print("| class | attrs' __init__ ns | slot_init ns | ratio |")
+    print("| class | attrs' __init__ ns | slot_init ns | slot_builder ns |")
     print("| --- | --- | --- | --- |")
-    for name, plain, fast in measure(args.number):
-        print(f"| {name} | {plain:.0f} | {fast:.0f} | {fast / plain:.2f} |")
+    for name, plain, init, builder in measure(args.number):
+        cells = [f"{plain:.0f}", *(f"{ns:.0f} ({ns / plain:.2f})" for ns in (init, builder))]
+        print(f"| {name} | {' | '.join(cells)} |")
     return 0
 
 

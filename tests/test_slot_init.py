@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 
 from bench.bench_init import attrs_twin
 from rafrx import content, response, updates
-from rafrx._slot_init import slot_init
+from rafrx._slot_init import slot_builder, slot_init
+from rafrx.operators import _builders
 
 STREAMED = [
     cls
@@ -81,6 +82,56 @@ def test_defaults_converters_validators_and_keywords_behave_as_attrs(
     assert attrs.asdict(_Sample(a)) == attrs.asdict(_PlainSample(a))
 
 
+@given(
+    a=st.integers(),
+    b=st.text(max_size=5),
+    c=st.lists(st.integers(), max_size=3),
+    d=st.integers(min_value=-2, max_value=2),
+    e=st.none() | st.integers(),
+)
+def test_a_builder_builds_what_the_class_call_builds(
+    a: int, b: str, c: list[int], d: int, e: Any
+) -> None:
+    def build(make: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return make(*args, **kwargs)
+        except ValueError as exc:
+            return type(exc)
+
+    built = build(slot_builder(_Sample), a, b, c, d, e)
+    assert built == build(_Sample, a, b, c, d, e=e)
+    if not isinstance(built, type):
+        assert type(built) is _Sample
+        assert built.c == tuple(c)  # converted, as by __init__
+
+
+def test_a_builder_honours_disabled_validators_and_takes_every_field() -> None:
+    build = slot_builder(_Sample)
+    attrs.validators.set_disabled(True)
+    try:
+        assert build(1, "b", (), -1, None).d == -1
+    finally:
+        attrs.validators.set_disabled(False)
+    with pytest.raises(ValueError, match="d"):
+        build(1, "b", (), -1, None)
+    with pytest.raises(TypeError):
+        build(1)  # no defaults: every field, in order
+
+
+@pytest.mark.parametrize("name", _builders.__all__)
+def test_each_per_chunk_builder_builds_its_class(name: str) -> None:
+    build = getattr(_builders, name)
+    cls = build.__qualname__.split(".")[0]
+    fields = attrs.fields(getattr(content, cls))
+    args = [f"v{k}" for k in range(len(fields))]
+    built = build(*args)
+    assert type(built).__name__ == cls
+    assert [getattr(built, f.name) for f in fields] == args
+    keyword = {f.name: a for f, a in zip(fields, args, strict=True) if f.kw_only}
+    positional = [a for f, a in zip(fields, args, strict=True) if not f.kw_only]
+    assert built == type(built)(*positional, **keyword)
+
+
 def test_the_class_stays_frozen_hashable_and_evolvable() -> None:
     sample = _Sample(1, c=[2])
     with pytest.raises(attrs.exceptions.FrozenInstanceError):
@@ -100,23 +151,23 @@ def test_disabled_validators_are_honoured() -> None:
         _Sample(1, d=-1)
 
 
-def _factory() -> None:
+def _factory(apply: Any = slot_init) -> None:
     @attrs.frozen
     class WithFactory:
         a: list[int] = attrs.Factory(list)
 
-    slot_init(WithFactory)
+    apply(WithFactory)
 
 
-def _not_init() -> None:
+def _not_init(apply: Any = slot_init) -> None:
     @attrs.frozen
     class NotInit:
         a: int = attrs.field(default=0, init=False)
 
-    slot_init(NotInit)
+    apply(NotInit)
 
 
-def _post_init() -> None:
+def _post_init(apply: Any = slot_init) -> None:
     @attrs.frozen
     class PostInit:
         a: int
@@ -124,23 +175,23 @@ def _post_init() -> None:
         def __attrs_post_init__(self) -> None:
             pass
 
-    slot_init(PostInit)
+    apply(PostInit)
 
 
-def _no_slots() -> None:
+def _no_slots(apply: Any = slot_init) -> None:
     @attrs.frozen(slots=False)
     class NoSlots:
         a: int
 
-    slot_init(NoSlots)
+    apply(NoSlots)
 
 
-def _alias() -> None:
+def _alias(apply: Any = slot_init) -> None:
     @attrs.frozen
     class Alias:
         a: int = attrs.field(alias="b")
 
-    slot_init(Alias)
+    apply(Alias)
 
 
 @pytest.mark.parametrize(
@@ -156,3 +207,5 @@ def _alias() -> None:
 def test_what_it_cannot_reproduce_is_refused(make: Any, reason: str) -> None:
     with pytest.raises(TypeError, match=reason):
         make()
+    with pytest.raises(TypeError, match=reason):  # slot_builder has the same limits
+        make(slot_builder)

@@ -8,9 +8,7 @@ from rafrx import updates as u
 from rafrx.content import (
     Content,
     ErrorContent,
-    ReasoningContent,
     ResponseMetadata,
-    TextContent,
     ToolCallArgsContent,
     ToolCalledContent,
     ToolCallEndContent,
@@ -20,6 +18,7 @@ from rafrx.content import (
 )
 from rafrx.errors import LimitExceeded, ProtocolError, ProviderError
 from rafrx.events import Event, FinishEvent, ResponseStartedEvent, ToolApprovalRequestEvent
+from rafrx.operators._builders import args_content, reasoning_content, text_content
 from rafrx.operators._reducer import reducer_operator
 from rafrx.response import AgentResponseResult
 from rafrx.typing import Operator
@@ -109,18 +108,18 @@ class ToolCallAccumulator:
                 f"arguments of tool call {call_id!r} ({call.name}) exceed {self._max} characters",
                 limit=self._max,
             )
-        return ToolCallArgsContent(call_id, args_delta, meta=self._meta)
+        return args_content(call_id, args_delta, self._meta)
 
     def step(self, update: u.AgentResponseUpdate) -> Sequence[AgentResponseResult]:
         meta = self._meta
         match update:
             case u.TextDelta(delta):
-                return (self.result((TextContent(delta, meta=meta),)),)
+                return (self.result((text_content(delta, meta),)),)
             case u.ToolCallArgs(call_id, args_delta):
                 args = self.arguments(call_id, args_delta)
                 return () if args is None else (self.result((args,)),)
             case u.ReasoningDelta(delta):
-                content = ReasoningContent(delta, meta=meta, provider_data=update.provider_data)
+                content = reasoning_content(delta, meta, update.provider_data)
                 return (self.result((content,)),)
             case u.ToolCallStart(call_id, name):
                 if call_id in self._calls:

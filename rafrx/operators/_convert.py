@@ -40,12 +40,13 @@ from collections.abc import Sequence
 from typing import TypeVar
 
 from rafrx import updates as u
-from rafrx.content import Content, ResponseMetadata, ToolCallArgsContent
+from rafrx.content import Content, ResponseMetadata
 from rafrx.operators._accumulate_tool_calls import (
     DEFAULT_MAX_ARGUMENT_CHARS,
     OpenCall,
     ToolCallAccumulator,
 )
+from rafrx.operators._builders import args_content
 from rafrx.operators._flush_tool_calls import ToolCallFlusher
 from rafrx.operators._parse_args_stream import ArgsStreamParser, CallParser
 from rafrx.operators._reducer import Chain
@@ -87,7 +88,7 @@ class _ArgumentRun:
             return None  # the stages themselves skip it or raise
         call.size = size
         meta = self.meta
-        content = ToolCallArgsContent(self.call_id, delta, meta=meta)
+        content = args_content(self.call_id, delta, meta)
         contents = self.parser.parser.feed(delta)
         if self.kept is not None:
             self.kept.append(delta)

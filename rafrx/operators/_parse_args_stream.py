@@ -9,12 +9,11 @@ from rafrx.content import (
     Content,
     ResponseMetadata,
     ToolCallArgsContent,
-    ToolCallArgsParsedContent,
-    ToolCallArgsProgressContent,
     ToolCallEndContent,
     ToolCallStartContent,
 )
 from rafrx.json_stream import StreamingArgsParser
+from rafrx.operators._builders import parsed_content, progress_content
 from rafrx.operators._reducer import reducer_operator
 from rafrx.response import AgentResponseResult
 from rafrx.typing import Operator
@@ -32,10 +31,10 @@ class _Contents:
         self.meta = meta
 
     def progress(self, name: str, received: int, fragment: str) -> Content:
-        return ToolCallArgsProgressContent(self.call_id, name, received, fragment, meta=self.meta)
+        return progress_content(self.call_id, name, received, fragment, self.meta)
 
     def parsed(self, name: str, value: Any) -> Content:
-        return ToolCallArgsParsedContent(self.call_id, name, value, meta=self.meta)
+        return parsed_content(self.call_id, name, value, self.meta)
 
 
 class CallParser:

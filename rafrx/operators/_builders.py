@@ -1,0 +1,49 @@
+"""Positional builders for the contents a stream makes on every chunk.
+
+Each builds the same object as the class call, taking every field in order
+(``meta`` included, which the class takes by keyword only): see
+:func:`~rafrx._slot_init.slot_builder`.
+
+Example:
+    >>> from rafrx.content import ResponseMetadata, TextContent
+    >>> meta = ResponseMetadata("resp_1", "gpt")
+    >>> text_content("Hi", meta) == TextContent("Hi", meta=meta)
+    True
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Final
+
+from rafrx._slot_init import slot_builder
+from rafrx.content import (
+    ReasoningContent,
+    ResponseMetadata,
+    TextContent,
+    ToolCallArgsContent,
+    ToolCallArgsParsedContent,
+    ToolCallArgsProgressContent,
+)
+
+__all__ = [
+    "args_content",
+    "parsed_content",
+    "progress_content",
+    "reasoning_content",
+    "text_content",
+]
+
+text_content: Final[Callable[[str, ResponseMetadata], TextContent]] = slot_builder(TextContent)
+reasoning_content: Final[Callable[[str, ResponseMetadata, Any], ReasoningContent]] = slot_builder(
+    ReasoningContent
+)
+args_content: Final[Callable[[str, str, ResponseMetadata], ToolCallArgsContent]] = slot_builder(
+    ToolCallArgsContent
+)
+progress_content: Final[
+    Callable[[str, str, int, str, ResponseMetadata], ToolCallArgsProgressContent]
+] = slot_builder(ToolCallArgsProgressContent)
+parsed_content: Final[Callable[[str, str, Any, ResponseMetadata], ToolCallArgsParsedContent]] = (
+    slot_builder(ToolCallArgsParsedContent)
+)
