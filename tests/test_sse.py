@@ -293,7 +293,7 @@ def test_lone_event_chunks_keep_the_stream_state(
     assert [(e.event, e.data, e.id) for e in iter_events(chunks)] == want
 
 
-_FIELD_VALUES = st.text(st.characters(blacklist_characters="\r\n"), max_size=6)
+_FIELD_VALUES = st.text(st.characters(codec="utf-8", exclude_characters="\r\n"), max_size=6)
 _LINES = st.one_of(
     st.builds(lambda v: f"data: {v}", _FIELD_VALUES),
     st.builds(lambda v: f"data:{v}", _FIELD_VALUES),
