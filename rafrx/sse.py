@@ -343,6 +343,14 @@ class SSEDecoder:
                 if block.startswith("data: ") and "\n" not in block:  # the commonest: inline
                     value = block[6:]
                     etype = event_type
+                elif (  # the next commonest (Anthropic's): "event: X" then "data: Y"
+                    block.startswith("event: ")
+                    and (nl := block.find("\n")) > 0
+                    and block.startswith("data: ", nl + 1)
+                    and block.find("\n", nl + 1) < 0
+                ):
+                    etype = block[7:nl]
+                    value = block[nl + 7 :]
                 elif (usual := _usual_block(block, event_type)) is not None:
                     etype, value = usual
                 else:  # any other block: line by line, then its blank line
