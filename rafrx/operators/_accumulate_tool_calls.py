@@ -110,17 +110,24 @@ class ToolCallAccumulator:
             )
         return args_content(call_id, args_delta, self._meta)
 
+    def text(self, delta: str) -> AgentResponseResult:
+        """The result for ``TextDelta(delta)`` (what :meth:`step` returns, without the match)."""
+        return self.result((text_content(delta, self._meta),))
+
+    def reasoning(self, update: u.ReasoningDelta) -> AgentResponseResult:
+        """The result for ``update`` (what :meth:`step` returns, without the match)."""
+        return self.result((reasoning_content(update.delta, self._meta, update.provider_data),))
+
     def step(self, update: u.AgentResponseUpdate) -> Sequence[AgentResponseResult]:
         meta = self._meta
         match update:
             case u.TextDelta(delta):
-                return (self.result((text_content(delta, meta),)),)
+                return (self.text(delta),)
             case u.ToolCallArgs(call_id, args_delta):
                 args = self.arguments(call_id, args_delta)
                 return () if args is None else (self.result((args,)),)
-            case u.ReasoningDelta(delta):
-                content = reasoning_content(delta, meta, update.provider_data)
-                return (self.result((content,)),)
+            case u.ReasoningDelta():
+                return (self.reasoning(update),)
             case u.ToolCallStart(call_id, name):
                 if call_id in self._calls:
                     return ()  # a duplicate start

@@ -7,9 +7,9 @@ nearly every chunk of a stream, and for them it calls the stages' own
 narrow methods instead of stepping each stage, which gives the same result
 with fewer intermediate objects:
 
-* a text or reasoning delta: the splitter passes it and the argument parser
-  passes the result (it holds no tool-call content), so only the
-  accumulator and the flusher see it;
+* a text or reasoning delta: the splitter passes it, the argument parser and
+  the flusher pass the result (it holds no tool-call content), so only the
+  accumulator builds it, without its ``match``;
 * an argument fragment of a call that is already open (a ``ToolCallArgs``,
   or a ``ToolCallDelta`` that only continues a started call): one result
   holding the ``ToolCallArgsContent`` and the Parsed / Progress contents
@@ -21,6 +21,11 @@ stage (the accumulator's :class:`OpenCall`, the :class:`CallParser`, the
 flusher's kept fragments) is looked up once and kept in an :class:`_ArgumentRun`:
 the next fragments of that call cost one dictionary lookup. Any update that
 goes through the chain may change that state, so it drops every run.
+
+The flusher also notes the id and model of each result it passes, for the
+results it flushes; results of the fast paths carry the accumulator's, which
+change only with a ``ResponseMetadata`` update, through the chain, so the
+flusher has already noted them.
 
 The equivalence with the four operators piped apart is property-tested
 (``tests/operators/test_convert.py``).
@@ -133,11 +138,10 @@ class Converter:
             results = self._arguments(update.id, update.args_delta)
             self._keep_run(update.id, self._by_id, update.id)
             return results
-        elif type(update) is u.TextDelta or type(update) is u.ReasoningDelta:
-            results = self._accumulate.step(update)
-            for result in results:
-                self._flush.seen(result)
-            return results
+        elif type(update) is u.TextDelta:
+            return (self._accumulate.text(update.delta),)
+        elif type(update) is u.ReasoningDelta:
+            return (self._accumulate.reasoning(update),)
         self._by_id.clear()  # the chain may change any call's state
         self._by_index.clear()
         return self._chain.step(update)
@@ -153,9 +157,7 @@ class Converter:
         contents: list[Content] = [content]
         contents += self._parse.parse(content)
         self._flush.arguments(content)
-        result = self._accumulate.result(tuple(contents))
-        self._flush.seen(result)
-        return (result,)
+        return (self._accumulate.result(tuple(contents)),)
 
     def _keep_run(self, call_id: str, runs: dict[_Key, _ArgumentRun], key: _Key) -> None:
         """After a fragment went through the stages: keep the call's state for the next ones."""

@@ -69,10 +69,6 @@ class ToolCallFlusher:
         self._id: str | None = None
         self._model: str | None = None
 
-    def seen(self, result: AgentResponseResult) -> None:
-        """Note the id and model of a result passing by (the flushed results carry them)."""
-        self._id, self._model = result.id, result.model
-
     def kept_arguments(self, call_id: str) -> list[str] | None:
         """The list :meth:`arguments` appends a call's fragments to (None: not kept)."""
         pending = self._calls.get(call_id)
@@ -85,7 +81,7 @@ class ToolCallFlusher:
             pending.args.append(content.args_delta)
 
     def step(self, result: AgentResponseResult) -> Sequence[AgentResponseResult]:
-        self.seen(result)
+        self._id, self._model = result.id, result.model  # the flushed results carry them
         eager: list[ToolCallingContent] = []
         for content in result.contents:
             if type(content) not in _LIFECYCLE:
