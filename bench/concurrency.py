@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import os
 import random
@@ -161,6 +162,8 @@ class Stats:
     last: float = 0.0
     cpu: float = 0.0
     """CPU seconds this (client) process spent on the run, connecting included."""
+    gc_time: float = 0.0
+    """Seconds of that run spent in CPython's cyclic garbage collector."""
     latencies: list[float] = attrs.field(factory=list)
     steady: list[float] = attrs.field(factory=list)
     """Latencies of every stream's third chunk on (past the connection burst)."""
@@ -267,10 +270,30 @@ def measure(runner: Runner, url: str, streams: int, stamped: bool) -> Stats:
     def record(text: str) -> None:
         stats.record(text, stamped)
 
+    collector = _CollectorTimer()
+    gc.callbacks.append(collector)
     cpu = time.process_time()
-    asyncio.run(runner(url, streams, record, stats))
-    stats.cpu = time.process_time() - cpu
+    try:
+        asyncio.run(runner(url, streams, record, stats))
+    finally:
+        stats.cpu = time.process_time() - cpu
+        gc.callbacks.remove(collector)
+    stats.gc_time = collector.seconds
     return stats
+
+
+class _CollectorTimer:
+    """A ``gc.callbacks`` entry adding up the time spent in collections."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self._start = 0.0
+
+    def __call__(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._start = time.perf_counter()
+        else:
+            self.seconds += time.perf_counter() - self._start
 
 
 def _percentile(values: Sequence[float], q: float) -> float:
@@ -295,8 +318,9 @@ def report(throughput: dict[str, Stats], latency: dict[str, Stats], args: Any) -
         f"(Python {sys.version.split()[0]}, {os.cpu_count()} CPUs); servers in a child process.",
         "",
         "| client | streams ok | chunks | chunks/s (xlimit) | MB/s | client CPU µs/chunk (xlimit) "
-        "| latency p50 ms | latency p99 ms | steady p50 / p99 ms | paced chunks |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| of it GC µs/chunk | latency p50 ms | latency p99 ms | steady p50 / p99 ms "
+        "| paced chunks |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     base = throughput.get("limit")
     base_rate = base.chunks / (base.last - base.first) if base and base.last > base.first else 0.0
@@ -316,8 +340,9 @@ def report(throughput: dict[str, Stats], latency: dict[str, Stats], args: Any) -
             cpu = t.cpu / t.chunks * 1e6 if t.chunks else float("nan")
             cpu_ratio = f" ({cpu / 1e6 / base_cpu:.2f}x)" if base_cpu and t.chunks else ""
             cells.append("—" if cpu != cpu else f"{cpu:.1f}{cpu_ratio}")
+            cells.append(f"{t.gc_time / t.chunks * 1e6:.1f}" if t.chunks else "—")
         else:
-            cells += ["—"] * 5
+            cells += ["—"] * 6
         if lat is not None and lat.latencies:
             cells += [
                 f"{_percentile(lat.latencies, 0.5) * 1000:.2f}",
@@ -340,7 +365,8 @@ def report(throughput: dict[str, Stats], latency: dict[str, Stats], args: Any) -
         f"best of {args.rounds} interleaved rounds. "
         f"Latency: {args.paced_events} deltas per stream, one every {args.interval * 1000:.0f} ms "
         f"({args.streams / args.interval:,.0f} chunks/s offered in total); *steady* leaves out "
-        "each stream's first two chunks, which meet the burst of 1000 connections opening.",
+        "each stream's first two chunks, which meet the burst of 1000 connections opening. "
+        "*GC*: the client's time in CPython's cyclic garbage collector (`gc.callbacks`).",
     ]
     return "\n".join(lines)
 

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import argparse
 import doctest
+import gc
 import importlib
 import json
 
 import pytest
 
 from bench import report
-from bench.concurrency import CLIENTS, Stats, _Server, measure, throughput_body
+from bench.concurrency import CLIENTS, Recorder, Stats, _Server, measure, throughput_body
 from bench.concurrency import report as concurrency_report
 from bench.contenders import CONTENDERS, applicable
 from bench.generate import Scenario, build_scenarios, python_source, split_chunks, split_events
@@ -235,15 +236,32 @@ def test_concurrency_clients_count_their_cpu_time() -> None:
     finally:
         server.close()
     assert stats.cpu > 0
+    assert 0 <= stats.gc_time < stats.cpu + 0.1
+
+
+def test_concurrency_measure_times_garbage_collections() -> None:
+    async def collecting(url: str, streams: int, record: Recorder, stats: Stats) -> None:
+        garbage = []
+        for _ in range(20_000):  # cycles, so that the collector has work
+            node: list[object] = []
+            node.append(node)
+            garbage.append(node)
+        del garbage
+        gc.collect()
+
+    callbacks = list(gc.callbacks)
+    stats = measure(collecting, "http://unused", 1, stamped=False)
+    assert stats.gc_time > 0
+    assert gc.callbacks == callbacks  # its timer is removed again
 
 
 def test_concurrency_report_gives_cpu_per_chunk_as_a_ratio_to_the_limit() -> None:
-    limit = Stats(streams=1, chunks=1000, first=0.0, last=1.0, cpu=0.005)
-    rafrx = Stats(streams=1, chunks=1000, first=0.0, last=2.0, cpu=0.0075)
+    limit = Stats(streams=1, chunks=1000, first=0.0, last=1.0, cpu=0.005, gc_time=0.0004)
+    rafrx = Stats(streams=1, chunks=1000, first=0.0, last=2.0, cpu=0.0075, gc_time=0.0021)
     args = argparse.Namespace(streams=1, events=1000, paced_events=1, interval=1.0, rounds=3)
     text = concurrency_report({"limit": limit, "rafrx": rafrx}, {}, args)
-    assert "| limit | 1/1 | 1,000 | 1,000 (1.00x) | — | 5.0 (1.00x) |" in text
-    assert "| rafrx | 1/1 | 1,000 | 500 (0.50x) | — | 7.5 (1.50x) |" in text
+    assert "| limit | 1/1 | 1,000 | 1,000 (1.00x) | — | 5.0 (1.00x) | 0.4 |" in text
+    assert "| rafrx | 1/1 | 1,000 | 500 (0.50x) | — | 7.5 (1.50x) | 2.1 |" in text
     assert "best of 3 interleaved rounds" in text
 
 
