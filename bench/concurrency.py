@@ -13,7 +13,8 @@ clients all on this process's one asyncio loop. Two measurements:
   can, in 2 KB writes. Reported: total chunks (SSE events) per second and MB/s
   over the window from the first content seen to the last, and this
   process's CPU time per chunk (the client's own cost, whatever share of the
-  cores the server gets). The contenders take turns for ``--rounds`` rounds;
+  cores the server gets) and the part of it spent in CPython's cyclic garbage
+  collector (timed through ``gc.callbacks``). The contenders take turns for ``--rounds`` rounds;
   each is reported by its fastest round, the one least disturbed by other load.
 * **latency**: a stamping server sends ``--paced-events`` text deltas per
   stream, one every ``--interval`` seconds (20 every 0.5 s by default: 2000
