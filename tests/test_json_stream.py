@@ -291,6 +291,57 @@ def test_events_match_the_object(
     assert_events(obj, per_feed)
 
 
+def grow_or_feed(parser: StreamingArgsParser, fragment: str) -> list[ArgEvent]:
+    """What a caller of ``grow`` does: its own event if it took the fragment, else ``feed``."""
+    grown = parser.grow(fragment)
+    if grown is None:
+        return parser.feed(fragment)
+    return [ArgProgress(*grown)]
+
+
+@settings(max_examples=100, deadline=None)
+@given(case=serialized(), per_char=st.booleans(), data=st.data())
+def test_grow_then_feed_equals_feed(
+    case: tuple[dict[str, Any], str], per_char: bool, data: st.DataObject
+) -> None:
+    _, text = case
+    frags = list(text) if per_char else pieces(text, data.draw(split_points(text)))
+    fed, per_feed, verdict = run(frags)
+    grower = StreamingArgsParser()
+    assert [grow_or_feed(grower, f) for f in frags] == per_feed
+    assert grower.close() == verdict[1]
+    assert grower.text == fed.text
+
+
+def test_grow_takes_only_more_of_a_string_value() -> None:
+    parser = StreamingArgsParser()
+    assert parser.grow('{"path": "a') is None  # not in a string value yet: nothing consumed
+    assert parser.text == ""
+    assert parser.feed('{"path": "a') == [ArgProgress("path", 1, "a")]
+    assert parser.grow(r"\u00e9") == ("path", 3, "é")
+    assert parser.grow("\\") is None  # decodes nothing yet: feed holds it
+    assert parser.feed("\\") == []
+    assert parser.grow('n"') is None  # ends the value
+    assert parser.grow("") is None
+    assert parser.feed('n"') == [ArgProgress("path", 4, "\n"), ArgMember("path", "aé\n")]
+    assert parser.grow("x") is None  # between members
+    assert parser.text == '{"path": "a\\u00e9\\n"'
+
+
+def test_grow_leaves_errors_and_limits_to_feed() -> None:
+    bad = StreamingArgsParser()
+    bad.feed('{"a": "x')
+    assert bad.grow("\x01") is None  # a control character: feed reports it
+    assert bad.feed("\x01") == []
+    assert bad.error == "Invalid control character at offset 8"
+    assert bad.grow("y") is None
+    capped = StreamingArgsParser(max_bytes=10)
+    capped.feed('{"a": "x')
+    assert capped.grow("yyyy") is None  # feed counts the bytes
+    assert capped.feed("yyyy") == []
+    assert capped.error == "arguments exceed 10 bytes at offset 8"
+
+
 @settings(max_examples=60, deadline=None)
 @given(value=json_values, ensure_ascii=st.booleans(), data=st.data())
 def test_any_top_level_value_no_events(value: Any, ensure_ascii: bool, data: st.DataObject) -> None:

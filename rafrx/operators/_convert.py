@@ -13,11 +13,15 @@ with fewer intermediate objects:
 * an argument fragment of a call that is already open (a ``ToolCallArgs``,
   or a ``ToolCallDelta`` that only continues a started call): one result
   holding the ``ToolCallArgsContent`` and the Parsed / Progress contents
-  that follow it, built once instead of once per stage.
+  that follow it, built once instead of once per stage. When the fragment
+  only continues a string value (a file's content: nearly every fragment of
+  a large argument), the parser's :meth:`~rafrx.json_stream.StreamingArgsParser.grow`
+  consumes it and the Progress content is built right here, without the
+  parser's callback and its list.
 
 Everything else goes through the chain. An argument fragment of an open call
 is most of a tool-call stream, so after the first one a call's state in each
-stage (the accumulator's :class:`OpenCall`, the :class:`CallParser`, the
+stage (the accumulator's :class:`OpenCall`, the call's streaming parser, the
 flusher's kept fragments) is looked up once and kept in an :class:`_ArgumentRun`:
 the next fragments of that call cost one dictionary lookup. Any update that
 goes through the chain may change that state, so it drops every run.
@@ -46,14 +50,15 @@ from typing import TypeVar
 
 from rafrx import updates as u
 from rafrx.content import Content, ResponseMetadata
+from rafrx.json_stream import StreamingArgsParser
 from rafrx.operators._accumulate_tool_calls import (
     DEFAULT_MAX_ARGUMENT_CHARS,
     OpenCall,
     ToolCallAccumulator,
 )
-from rafrx.operators._builders import args_content
+from rafrx.operators._builders import args_content, progress_content
 from rafrx.operators._flush_tool_calls import ToolCallFlusher
-from rafrx.operators._parse_args_stream import ArgsStreamParser, CallParser
+from rafrx.operators._parse_args_stream import ArgsStreamParser
 from rafrx.operators._reducer import Chain
 from rafrx.operators._split_legacy_delta import LegacyDeltaSplitter
 from rafrx.response import AgentResponseResult
@@ -73,7 +78,7 @@ class _ArgumentRun:
         self,
         call_id: str,
         call: OpenCall,
-        parser: CallParser,
+        parser: StreamingArgsParser[Content],
         kept: list[str] | None,
         meta: ResponseMetadata,
         limit: int,
@@ -94,10 +99,15 @@ class _ArgumentRun:
         call.size = size
         meta = self.meta
         content = args_content(self.call_id, delta, meta)
-        contents = self.parser.parser.feed(delta)
         if self.kept is not None:
             self.kept.append(delta)
-        return (AgentResponseResult(meta.id, meta.model, None, (content, *contents)),)
+        grown = self.parser.grow(delta)  # the usual case: more of a string value
+        if grown is None:
+            contents = (content, *self.parser.feed(delta))
+        else:
+            name, received, text = grown
+            contents = (content, progress_content(self.call_id, name, received, text, meta))
+        return (AgentResponseResult(meta.id, meta.model, None, contents),)
 
 
 class Converter:
@@ -168,7 +178,7 @@ class Converter:
             parser.contents.meta = accumulate.meta
             kept = self._flush.kept_arguments(call_id)
             runs[key] = _ArgumentRun(
-                call_id, call, parser, kept, accumulate.meta, accumulate.max_argument_chars
+                call_id, call, parser.parser, kept, accumulate.meta, accumulate.max_argument_chars
             )
 
     def finish(self) -> Sequence[AgentResponseResult]:
