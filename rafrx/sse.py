@@ -339,11 +339,17 @@ class SSEDecoder:
             last_id = self._last_id
             retry = self._retry
             quarter = self._max_event >> 2  # data of at most this many chars is in bounds
+            # The "event: X\ndata: " that began the last such block, and its X: a stream
+            # sends the same few types over and over ("\n\n" begins no block).
+            head, head_end, head_type = "\n\n", 2, ""
             for block in blocks:
                 if block.startswith("data: ") and "\n" not in block:  # the commonest: inline
                     value = block[6:]
                     etype = event_type
-                elif (  # the next commonest (Anthropic's): "event: X" then "data: Y"
+                elif block.startswith(head) and block.find("\n", head_end) < 0:
+                    value = block[head_end:]  # the next commonest: Anthropic's, as the last
+                    etype = head_type
+                elif (  # the same shape, another type
                     block.startswith("event: ")
                     and (nl := block.find("\n")) > 0
                     and block.startswith("data: ", nl + 1)
@@ -351,6 +357,8 @@ class SSEDecoder:
                 ):
                     etype = block[7:nl]
                     value = block[nl + 7 :]
+                    head_end = nl + 7
+                    head, head_type = block[:head_end], etype
                 elif (usual := _usual_block(block, event_type)) is not None:
                     etype, value = usual
                 else:  # any other block: line by line, then its blank line

@@ -304,10 +304,13 @@ _LINES = st.one_of(
     st.just(": keep-alive"),
     st.just("data"),
 )
-# Blocks mostly of the usual shapes (what the one-event fast path takes), some not.
+# Event types that repeat, as a stream's do (the block loop remembers the last one).
+_TYPES = st.sampled_from(["delta", "delta", "ping"]) | _FIELD_VALUES
+# Blocks mostly of the usual shapes (what the fast paths take), some not.
 _BLOCKS = st.one_of(
     st.builds(lambda v: f"data: {v}", _FIELD_VALUES),
-    st.builds(lambda t, v: f"event: {t}\ndata: {v}", _FIELD_VALUES, _FIELD_VALUES),
+    st.builds(lambda t, v: f"event: {t}\ndata: {v}", _TYPES, _FIELD_VALUES),
+    st.builds(lambda t, v, line: f"event: {t}\ndata: {v}\n{line}", _TYPES, _FIELD_VALUES, _LINES),
     st.lists(_LINES, min_size=1, max_size=4).map("\n".join),
 )
 
@@ -322,6 +325,7 @@ def test_one_block_per_chunk_equals_the_whole_body(
     body = "".join(block + "\n\n" for block in blocks) + tail
     raw = body.encode()
     whole = decode([raw])
+    assert decode(split_after(raw, b"\n")) == whole  # line by line: no block fast path
     assert decode(split_after(raw, b"\n\n")) == whole
     offsets = data.draw(st.lists(st.integers(0, len(raw)), max_size=8), label="offsets")
     assert decode(cut(raw, offsets)) == whole
