@@ -85,9 +85,10 @@ class UpdateDecoder:
         if len(events) == 1:  # a live stream's usual read: nothing before it to keep
             return dialect.feed(events[0])
         out: list[AgentResponseUpdate] = []
+        feed = dialect.feed
         for event in events:
             try:
-                out += dialect.feed(event)
+                out += feed(event)
             except RafrxError as err:
                 if not out:
                     raise

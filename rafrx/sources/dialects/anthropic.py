@@ -163,9 +163,14 @@ class AnthropicDialect:
         """Translate one event; see :class:`~rafrx.sources.dialects.Dialect`."""
         if self._done:
             return []
+        name = event.event
+        if name == "content_block_delta":  # nearly every event: the typed path first
+            fitted = _fit_block_delta(event.data)
+            if fitted is not None:
+                return self._content_delta(fitted.index, fitted.delta)
         if event.data[:1] != "{" and not event.data.strip():
             return []
-        if event.event == "error":
+        if name == "error":
             try:
                 data = json.loads(event.data)
             except (ValueError, RecursionError):
@@ -173,12 +178,8 @@ class AnthropicDialect:
             if not isinstance(data, dict):
                 raise provider_error(event, None)
             raise provider_error(event, get_object(event, data, "error") or data)
-        if event.event == "content_block_delta":
-            fitted = _fit_block_delta(event.data)
-            if fitted is not None:
-                return self._content_delta(fitted.index, fitted.delta)
         data = load_object(event)
-        kind = data.get("type", event.event)
+        kind = data.get("type", name)
         if kind == "error":
             raise provider_error(event, get_object(event, data, "error") or data)
         handler = _HANDLERS.get(kind) if type(kind) is str else None
