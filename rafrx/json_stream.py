@@ -336,23 +336,27 @@ class StreamingArgsParser(Generic[E]):
         """
         if not self._growing or self._max_bytes is not None:
             return None
-        s = self._pending + fragment if self._pending else fragment
+        s = fragment
         n = len(s)
-        j = _CONTENT(s, 0).end()
-        if j == n:
-            if not n:
+        if self._pending or '"' in s or "\\" in s or not s.isprintable():
+            # An escape, a quote or a control character: the regular expression decides.
+            s = self._pending + s
+            n = len(s)
+            j = _CONTENT(s, 0).end()
+            if j == n:
+                self._pending = ""
+            elif j and s[j] == "\\" and _PENDING.fullmatch(s, j) is not None:
+                self._pending = s[j:]
+                s = s[:j]
+            else:
                 return None
-            self._pending = ""
-        elif j and s[j] == "\\" and _PENDING.fullmatch(s, j) is not None:
-            self._pending = s[j:]
-            s = s[:j]
-        else:
+            if "\\" in s:
+                s = _scanstring(s + '"', 0)[0]
+        elif not n:
             return None
         self._pieces.append(fragment)
         self._fed += len(fragment)
         self._scanned += n
-        if "\\" in s:
-            s = _scanstring(s + '"', 0)[0]
         self._val_parts.append(s)
         self._progress_from += 1
         self._received += len(s) if s.isascii() else _utf8_len(s)
