@@ -4,6 +4,8 @@ Each input picks a dialect and cut points, then a body. Checked:
 
 * :class:`~rafrx.sse.SSEDecoder` gives the same events however the body is
   split (chunking invariance), and raises nothing but ``LimitExceeded``;
+  one line per chunk, which takes the line-by-line path and none of the
+  block loop's fast paths, gives them too;
 * ``from_sse(body) → convert() → aggregate()`` ends with a response or a
   :class:`~rafrx.errors.RafrxError`, never another exception.
 
@@ -15,6 +17,7 @@ Run (see ``fuzz/README.md``)::
 from __future__ import annotations
 
 import itertools
+import re
 import sys
 
 import atheris
@@ -27,6 +30,7 @@ with atheris.instrument_imports():
 
 DIALECTS = ("openai-chat", "anthropic", "openai-responses")
 LIMITS = {"max_line_bytes": 1 << 16, "max_event_bytes": 1 << 17}
+LINE_END = re.compile(rb"[\r\n]")
 
 
 def split(body: bytes, cuts: list[int]) -> list[bytes]:
@@ -56,6 +60,9 @@ def check(data: bytes) -> None:
     whole, pieces = decode([body]), decode(chunks)
     if pieces != whole and "limit" not in (whole, pieces):
         raise AssertionError(f"chunking changed the events: {whole!r} != {pieces!r}")
+    lines = decode(split(body, [m.end() for m in LINE_END.finditer(body)]))
+    if lines != whole and "limit" not in (whole, lines):
+        raise AssertionError(f"line by line, the events differ: {whole!r} != {lines!r}")
 
     outcome: list[object] = []
     from_sse(chunks, dialect, **LIMITS).pipe(ops.convert(), ops.aggregate()).subscribe(
