@@ -35,6 +35,7 @@ async def _execute(name: str) -> Any:
         fresh,
         timeout=CELL_TIMEOUT,
         kernel_name="python3",
+        coalesce_streams=True,  # one print may arrive as several stream messages under load
         resources={"metadata": {"path": str(NOTEBOOKS)}},
     )
     await client.async_execute()
