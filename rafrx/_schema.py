@@ -130,7 +130,9 @@ def function_schema(fn: Callable[..., Any], docs: Mapping[str, str]) -> tuple[An
     """
     signature = inspect.signature(fn)
     hints = typing.get_type_hints(fn, include_extras=True)
-    positional = [p.name for p in signature.parameters.values() if p.kind is p.POSITIONAL_ONLY]
+    positional = {  # positional-only parameters and their defaults, in order
+        p.name: p.default for p in signature.parameters.values() if p.kind is p.POSITIONAL_ONLY
+    }
 
     def properties() -> Iterator[tuple[str, Any, Any]]:
         for param in signature.parameters.values():
@@ -146,11 +148,11 @@ def function_schema(fn: Callable[..., Any], docs: Mapping[str, str]) -> tuple[An
 
     def bind(arguments: Mapping[str, Any]) -> tuple[list[Any], dict[str, Any]]:
         values = {k: converters[k](v) for k, v in arguments.items()}
-        args = []
-        for name in positional:  # positional-only: in order, stopping at the first absent
-            if name not in values:
-                break
-            args.append(values.pop(name))
+        # Positional-only, in order, up to the last one given; one left out before it
+        # takes its default (the schema has made sure it has one).
+        given = [i for i, name in enumerate(positional) if name in values]
+        names = list(positional)[: given[-1] + 1] if given else []
+        args = [values.pop(name) if name in values else positional[name] for name in names]
         return args, values
 
     return schema, bind

@@ -52,6 +52,26 @@ MAX_BODY_CHARS = 8192
 _RETRYABLE_STATUSES = frozenset({408, 409, 429, 500, 502, 503, 504, 529})
 
 
+def error_text(error: BaseException) -> str:
+    """``str(error)``, or a placeholder naming its type when ``str()`` itself raises.
+
+    For exceptions from code rafrx does not control (tools, approvers, your
+    operators), whose ``__str__`` may fail: describing an error must not
+    become the failure.
+
+    Example:
+        >>> class Odd(Exception):
+        ...     def __str__(self) -> str:
+        ...         raise RuntimeError
+        >>> error_text(ValueError("bad")), error_text(Odd())
+        ('bad', '<Odd: str() failed>')
+    """
+    try:
+        return str(error)
+    except Exception:
+        return f"<{type(error).__name__}: str() failed>"
+
+
 def _clip(body: str | None) -> str | None:
     if body is None or len(body) <= MAX_BODY_CHARS:
         return body

@@ -301,7 +301,8 @@ def decode_item(kind: str, fields: Mapping[str, Any]) -> Any:
 
 
 def _encode_error(error: BaseException, secrets: tuple[str, ...]) -> dict[str, Any]:
-    state: dict[str, Any] = {"type": type(error).__name__, "message": _redact(str(error), secrets)}
+    message = _redact(errors.error_text(error), secrets)
+    state: dict[str, Any] = {"type": type(error).__name__, "message": message}
     for key, value in vars(error).items() if hasattr(error, "__dict__") else ():
         if key in {"partial", "message"} or not isinstance(value, str | int | float | bool):
             continue
@@ -545,7 +546,7 @@ async def record_sse(
             seen.append((time.monotonic() - start, bytes(chunk)))
             yield chunk
     except Exception as exc:
-        info["error"] = f"{type(exc).__name__}: {exc}"
+        info["error"] = f"{type(exc).__name__}: {errors.error_text(exc)}"
         raise
     finally:
         info["end"] = round(time.monotonic() - start, 6)

@@ -234,7 +234,8 @@ class SSEDecoder:
 
         Raises:
             LimitExceeded: A line or an event grew past its limit. Events
-                completed earlier in the same chunk are dropped with it; the
+                completed earlier in the same chunk are dropped with it (and
+                :attr:`last_event_id` stays what it was before the chunk); the
                 decoder then refuses further input until :meth:`close`.
         """
         if self._error is not None:
@@ -266,12 +267,14 @@ class SSEDecoder:
                 self._last_id = last_id = self._id_buffer
                 self._event_type = ""
                 return [_make_event(usual[0] or "message", usual[1], last_id, self._retry)]
+        committed = self._last_id
         try:
             if "\n" not in text:  # the line goes on
                 self._add_piece(text)
                 return []
             return self._process(text)
         except LimitExceeded as err:
+            self._last_id = committed  # the chunk's events are dropped: their ids are not seen
             self._fail(err)
             raise
 

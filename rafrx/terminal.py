@@ -35,6 +35,7 @@ from typing import Any, Final, TextIO
 import attrs
 
 from rafrx import content as c
+from rafrx.errors import error_text
 from rafrx.events import FinishEvent, ResponseStartedEvent, ToolApprovalRequestEvent
 from rafrx.notebook._format import LONG_ARG_BYTES, human_size, usage_line
 from rafrx.response import AgentResponse, AgentResponseResult
@@ -164,7 +165,7 @@ class TerminalRenderer:
     def error(self, error: BaseException) -> None:
         """Report the error that ended the stream (it replaces the stream's ``ErrorContent``)."""
         self._errors.clear()
-        self._line(f"error: {type(error).__name__}: {error}", _RED, _BOLD)
+        self._line(f"error: {type(error).__name__}: {error_text(error)}", _RED, _BOLD)
 
     def close(self) -> None:
         """End the current line, if any."""

@@ -60,7 +60,13 @@ from rafrx._docstrings import parse_docstring
 from rafrx._schema import Binder, function_schema
 from rafrx._schema_check import check, check_object, show
 from rafrx._tool_result import format_result
-from rafrx.errors import InvalidToolArguments, ToolError, ToolExecutionError, ToolTimeout
+from rafrx.errors import (
+    InvalidToolArguments,
+    ToolError,
+    ToolExecutionError,
+    ToolTimeout,
+    error_text,
+)
 
 __all__ = ["Tool", "ToolApprovalResponse", "as_tool", "format_result", "tool"]
 
@@ -185,11 +191,12 @@ class Tool:
     def _bind(self, arguments: Any) -> tuple[list[Any], dict[str, Any]]:
         if not isinstance(arguments, Mapping):
             raise self._invalid(f"arguments must be a JSON object, got {show(arguments)}")
-        if self.parameters.get("type", "object") != "object":
+        kind = self.parameters.get("type", "object")
+        if kind == "object" or (isinstance(kind, list) and "object" in kind):
+            problems = check_object(self.parameters, arguments, "")  # every problem
+        else:
             error = check(self.parameters, arguments, "")
             problems = [error] if error else []
-        else:
-            problems = check_object(self.parameters, arguments, "")
         if problems:
             raise self._invalid("; ".join(problems))
         if self._binder is None:
@@ -231,7 +238,8 @@ class Tool:
             raise self._raised(exc) from exc
 
     def _raised(self, exc: Exception) -> ToolExecutionError:
-        detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        text = error_text(exc)
+        detail = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
         return ToolExecutionError(f"tool {self.name!r} raised {detail}", name=self.name)
 
 

@@ -532,6 +532,49 @@ async def test_a_subscriber_raising_in_on_next_stops_the_turn() -> None:
     assert reported[0]["message"] == "rafrx.Agent: an observer raised"
 
 
+class SyncClient(FakeClient):
+    """Emits each scripted step synchronously, while it is subscribed."""
+
+    def stream(
+        self, messages: Sequence[ChatMessage], tools: Sequence[Tool] | None = None
+    ) -> Observable[u.AgentResponseUpdate]:
+        self.requests.append((tuple(messages), None if tools is None else tuple(tools)))
+        return reactivex.from_iterable(self.steps.pop(0))
+
+
+@pytest.mark.asyncio
+async def test_after_a_subscriber_raised_the_steps_later_results_are_not_delivered() -> None:
+    """The step's results arrive in one go; the first one's callback fails the turn."""
+    ran: list[int] = []
+
+    @tool
+    def count(n: int) -> int:  # pragma: no cover - the turn ends before it runs
+        ran.append(n)
+        return n
+
+    seen: list[AgentResponseResult] = []
+    errors: list[Exception] = []
+    finished = asyncio.Event()
+
+    def on_next(result: AgentResponseResult) -> None:
+        seen.append(result)
+        raise KeyError("ui bug")
+
+    def on_error(error: Exception) -> None:
+        errors.append(error)
+        finished.set()
+
+    client = SyncClient(calls(("c1", "count", '{"n": 1}'), say="Counting."), text("unused"))
+    Agent(client, tools=[count]).run("hi").subscribe(on_next, on_error)
+    await asyncio.wait_for(finished.wait(), 5)
+    await asyncio.sleep(0.01)
+    assert [type(e) for e in errors] == [KeyError]
+    assert len(seen) == 1
+    assert seen[0].events == (ResponseStartedEvent("resp", "fake-1"),)
+    assert len(client.requests) == 1
+    assert ran == []
+
+
 def test_repr_names_tools_not_secrets() -> None:
     class Client(FakeClient):
         api_key = "sk-secret"

@@ -12,6 +12,7 @@ import functools
 import itertools
 import json
 import math
+import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -211,6 +212,28 @@ def test_too_deep_for_json_loads_is_invalid_not_a_crash() -> None:
     parser, _, verdict = run([text])
     assert verdict == (False, None)
     assert parser.error == "Value nested too deeply at offset 6"
+
+
+def test_an_integer_longer_than_python_converts_is_invalid_like_json_loads() -> None:
+    limit = sys.get_int_max_str_digits()
+    if limit == 0:
+        pytest.skip("the interpreter converts integers of any length")
+    longest, too_long = "7" * limit, "7" * (limit + 1)
+    parser, per_feed, verdict = run(['{"n": ' + longest[:10], longest[10:] + ', "s": "x"}'])
+    assert parser.error is None
+    assert events_of(per_feed)[0] == ArgMember("n", int(longest))
+    assert verdict == (True, {"n": int(longest), "s": "x"})
+    for text, offset in [
+        ('{"n": ' + too_long + ', "s": "x"}', 6),  # a member
+        ('{"a": [1, ' + too_long + "]}", 6),  # inside a member's value
+        (too_long, 0),  # the whole document
+    ]:
+        with pytest.raises(ValueError, match=f"Exceeds the limit \\({limit} digits\\)") as info:
+            json.loads(text)
+        parser, per_feed, verdict = run([text])
+        assert (verdict, events_of(per_feed)) == ((False, None), [])
+        assert parser.error == f"Invalid value ({info.value}) at offset {offset}"
+        check_parity(text, list(text))  # the same verdict, one character at a time
 
 
 # -- events -----------------------------------------------------------------

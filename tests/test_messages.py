@@ -110,6 +110,18 @@ def test_chat_message_is_frozen_equal_by_value_and_readable() -> None:
     assert repr(msg).startswith("ChatMessage(role=<MessageRole.USER: 'user'>, content='Hi 😀'")
 
 
+def test_a_message_renders_as_escaped_html_in_jupyter() -> None:
+    call = ToolCall("call_1", "read_file", {"path": "<a.py>"})
+    msg = ChatMessage.assistant_with_tools("<b>Reading</b> & more", [call])
+    html = msg._repr_html_()
+    assert html.startswith('<div class="rafrx-message"><b>assistant</b>: ')
+    assert "&lt;b&gt;Reading&lt;/b&gt; &amp; more" in html
+    assert "<b>read_file</b>" in html
+    assert "&quot;&lt;a.py&gt;&quot;" in html
+    assert "<a.py>" not in html
+    assert "<code>call_1</code>" in html
+
+
 def test_with_source_changes_only_the_source() -> None:
     msg = ChatMessage.assistant_with_tools("a", [CALL])
     marked = msg.with_source(MessageSource.CHAT_HISTORY)

@@ -189,9 +189,21 @@ def _alias(apply: Any = slot_init) -> None:
     apply(Alias)
 
 
+def _converter_taking_self(apply: Any = slot_init) -> None:
+    @attrs.frozen
+    class Scaled:
+        factor: int = 1
+        value: int = attrs.field(
+            default=0, converter=attrs.Converter(lambda v, self: v * self.factor, takes_self=True)
+        )
+
+    apply(Scaled)
+
+
 @pytest.mark.parametrize(
     ("make", "reason"),
     [
+        (_converter_taking_self, "value uses a converter taking the instance"),
         (_factory, "default factory"),
         (_not_init, "init=False"),
         (_post_init, "__attrs_post_init__"),

@@ -469,6 +469,22 @@ def test_after_limit_error_decoder_refuses_until_close() -> None:
     assert [e.data for e in decoder.feed(b"data: ok\n\n")] == ["ok"]
 
 
+def test_an_unfinished_line_past_the_limit_after_complete_lines_raises() -> None:
+    """A chunk completing an event, then starting a line already longer than the limit."""
+    decoder = SSEDecoder(max_line_bytes=16)
+    with pytest.raises(LimitExceeded) as info:
+        decoder.feed(b"event: a\ndata: ok\n\ndata: " + b"x" * 11)  # 17 bytes, no line end yet
+    assert info.value.limit == 16
+    assert str(info.value) == (
+        "SSE line longer than max_line_bytes=16 bytes (is the response really an event stream?)"
+    )
+    with pytest.raises(LimitExceeded) as again:
+        decoder.feed(b"\n\n")
+    assert again.value is info.value
+    decoder.close()
+    assert decoder.feed(b"data: " + b"x" * 10 + b"\n\n") == [ServerSentEvent(data="x" * 10)]
+
+
 def test_one_mib_data_line_in_small_chunks() -> None:
     payload = json.dumps({"text": "a" * MiB}).encode()
     body = b"data: " + payload + b"\r\n\r\n"
@@ -679,6 +695,38 @@ def test_aiter_events() -> None:
     assert asyncio.run(collect()) == [ServerSentEvent("x", "1"), ServerSentEvent("message", "2")]
 
 
+class _FlushingDecoder(SSEDecoder):
+    """A lenient decoder: close() dispatches the event whose blank line never came."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fed = b""
+
+    def feed(self, chunk: bytes) -> list[ServerSentEvent]:
+        self.fed += chunk
+        return super().feed(chunk)
+
+    def close(self) -> list[ServerSentEvent]:
+        super().close()
+        unterminated = self.fed.rpartition(b"\n\n")[2]
+        return [ServerSentEvent(data=unterminated.decode())] if unterminated else []
+
+
+def test_aiter_events_yields_what_close_returns_as_iter_events_does() -> None:
+    chunks = [b"data: 1\n\n", b"tail"]
+
+    async def body() -> AsyncIterator[bytes]:
+        for chunk in chunks:
+            yield chunk
+
+    async def collect() -> list[ServerSentEvent]:
+        return [event async for event in aiter_events(body(), decoder=_FlushingDecoder())]
+
+    expected = [ServerSentEvent(data="1"), ServerSentEvent(data="tail")]
+    assert list(iter_events(chunks, decoder=_FlushingDecoder())) == expected
+    assert asyncio.run(collect()) == expected
+
+
 def test_module_doctests() -> None:
     result = doctest.testmod(rafrx.sse, optionflags=doctest.ELLIPSIS)
     assert result.attempted >= 5
@@ -695,3 +743,25 @@ def test_public_names() -> None:
         "check_content_type",
         "iter_events",
     }
+
+
+@pytest.mark.parametrize(
+    ("limits", "chunk"),
+    [
+        ({"max_line_bytes": 16}, b"id: 7\ndata: ok\n\ndata: " + b"x" * 11),
+        ({"max_event_bytes": 8}, b"id: 7\ndata: ok\n\ndata: 123456789\n"),
+        ({"max_event_bytes": 8}, b"id: 7\ndata: ok\n\ndata: 123456789\n\n"),
+    ],
+    ids=["unfinished-line", "pending-data", "next-event"],
+)
+def test_a_failed_feed_does_not_commit_the_id_of_an_event_it_dropped(
+    limits: dict[str, int], chunk: bytes
+) -> None:
+    """feed() raises LimitExceeded and drops the events completed in the chunk: last_event_id
+    (what a reconnection sends) must not name one of them, or it would never be seen."""
+    decoder = SSEDecoder(**limits)
+    with pytest.raises(LimitExceeded):
+        decoder.feed(chunk)
+    assert decoder.last_event_id == ""
+    decoder.close()
+    assert decoder.last_event_id == ""

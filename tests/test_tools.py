@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime
+import decimal
 import enum
+import pathlib
 import threading
+import uuid
 from typing import Annotated, Any, Literal, Optional
 
 import attrs
@@ -98,6 +102,7 @@ def schema_of(hint: Any) -> dict[str, Any]:
         (Annotated[str, "A city name."], {"type": "string", "description": "A city name."}),
         (datetime.datetime, {"type": "string", "format": "date-time"}),
         (datetime.date, {"type": "string", "format": "date"}),
+        (None, {"type": "null"}),
     ],
 )
 def test_schema_of_each_supported_type(hint: Any, schema: dict[str, Any]) -> None:
@@ -169,6 +174,34 @@ def test_function_schema_description_and_defaults() -> None:
         "anyOf": [{"type": "array", "items": {"type": "string"}}, {"type": "null"}],
         "default": None,
     }
+
+
+def test_a_default_without_json_form_leaves_the_parameter_optional_with_no_schema_default() -> None:
+    start = datetime.date(2024, 1, 1)
+
+    @tool
+    def report(since: datetime.date = start, kinds: Any = frozenset()) -> str:
+        return f"{since.isoformat()} {sorted(kinds)}"
+
+    props = report.parameters["properties"]
+    assert props["since"] == {"type": "string", "format": "date"}  # no "default": 2024-01-01
+    assert props["kinds"] == {}
+    assert report.parameters["required"] == []
+    assert asyncio.run(report.invoke({})) == "2024-01-01 []"
+    assert asyncio.run(report.invoke({"since": "2024-02-03"})) == "2024-02-03 []"
+
+
+def test_a_parameter_annotated_none_accepts_only_null() -> None:
+    @tool
+    def reset(token: None) -> str:
+        return f"reset with {token}"
+
+    assert reset.parameters["properties"]["token"] == {"type": "null"}
+    assert asyncio.run(reset.invoke({"token": None})) == "reset with None"
+    with pytest.raises(
+        InvalidToolArguments, match="argument 'token': expected null, got integer 0"
+    ):
+        reset.validate({"token": 0})
 
 
 def test_unsupported_types_fail_at_decoration() -> None:
@@ -466,6 +499,77 @@ def test_positional_only_parameters() -> None:
     assert asyncio.run(power.invoke({"base": 3, "exponent": 3})) == 27
 
 
+def test_an_omitted_positional_only_parameter_keeps_its_default_and_later_ones_go_by_name() -> None:
+    @tool
+    def power(base: int = 2, /, exponent: int = 2) -> int:
+        return int(base**exponent)
+
+    assert power.parameters["required"] == []
+    assert power.validate({"exponent": 5}) == {"exponent": 5}
+    assert asyncio.run(power.invoke({"exponent": 5})) == 32
+    assert asyncio.run(power.invoke({"base": 3, "exponent": 3})) == 27
+
+
+def test_python_values_without_json_form_are_named_by_their_type_in_errors() -> None:
+    @tool
+    def echo(text: str) -> str:  # pragma: no cover - never called
+        return text
+
+    loop: list[Any] = []
+    loop.append(loop)  # json.dumps raises ValueError: circular reference
+    for arguments, message in [
+        ({"text": {1, 2}}, "argument 'text': expected string, got set {1, 2}"),
+        ({"text": loop}, "argument 'text': expected string, got array [[...]]"),
+        ({"text": b"hi"}, "argument 'text': expected string, got bytes b'hi'"),
+        ({1, 2}, "arguments must be a JSON object, got set {1, 2}"),
+    ]:
+        with pytest.raises(InvalidToolArguments) as info:
+            echo.validate(arguments)
+        assert str(info.value) == f"invalid arguments for tool 'echo': {message}"
+
+
+def test_hand_built_schemas_with_false_subschemas() -> None:
+    """``false`` allows nothing: as ``items`` (an empty array only) or as an ``anyOf`` branch."""
+    schema = {
+        "type": "object",
+        "properties": {
+            "none": {"type": "array", "items": False},
+            "either": {"anyOf": [False, {"type": "integer"}]},
+        },
+    }
+    t = Tool("strict", "", schema, lambda **kw: kw)
+    assert t.validate({"none": [], "either": 3}) == {"none": [], "either": 3}
+    for arguments, message in [
+        ({"none": ["x"]}, "argument 'none[0]': not allowed"),
+        (
+            {"either": "3"},
+            "argument 'either': not allowed or argument 'either': expected integer, "
+            'got string "3"',
+        ),
+    ]:
+        with pytest.raises(InvalidToolArguments) as info:
+            t.validate(arguments)
+        assert str(info.value) == f"invalid arguments for tool 'strict': {message}"
+
+
+def test_a_hand_built_schema_typed_with_a_list_is_checked_as_a_whole() -> None:
+    schema = {
+        "type": ["object"],
+        "properties": {"n": {"type": "integer"}},
+        "required": ["n"],
+    }
+    t = Tool("typed", "", schema, lambda **kw: kw)
+    assert t.validate({"n": 1, "extra": True}) == {"n": 1, "extra": True}
+    with pytest.raises(InvalidToolArguments) as info:
+        t.validate({})
+    assert str(info.value) == "invalid arguments for tool 'typed': missing required argument 'n'"
+    with pytest.raises(InvalidToolArguments) as info:
+        t.validate({"n": "1"})
+    assert str(info.value) == (
+        "invalid arguments for tool 'typed': argument 'n': expected integer, got string \"1\""
+    )
+
+
 # ---------------------------------------------------------------- invocation
 
 
@@ -633,8 +737,54 @@ def test_format_result() -> None:
         format_result(b"raw")
 
 
+def test_format_result_of_dataclasses_paths_uuids_and_decimals() -> None:
+    @dataclasses.dataclass
+    class Hit:
+        path: pathlib.PurePath
+        score: decimal.Decimal
+
+    ident = uuid.UUID("12345678-1234-5678-1234-567812345678")
+    assert format_result([Hit(pathlib.PurePosixPath("src/a.py"), decimal.Decimal("0.50"))]) == (
+        '[{"path": "src/a.py", "score": "0.50"}]'
+    )
+    assert format_result({"id": ident}) == '{"id": "12345678-1234-5678-1234-567812345678"}'
+    with pytest.raises(TypeError, match="type type is not JSON serializable"):
+        format_result(Hit)  # the class, not an instance
+
+
 def test_approval_response_value() -> None:
     answer = ToolApprovalResponse("c1", True)
     assert answer == ToolApprovalResponse("c1", True, None)
     with pytest.raises(attrs.exceptions.FrozenInstanceError):
         answer.approved = False  # type: ignore[misc]
+
+
+def test_an_omitted_positional_only_parameter_before_a_given_one_takes_its_default() -> None:
+    """``{"height": 5}`` is valid (both are optional): ``width`` gets its default, positionally."""
+
+    @tool
+    def box(width: int = 1, height: int = 2, /) -> str:
+        return f"{width}x{height}"
+
+    assert box.parameters["required"] == []
+    box.validate({"height": 5})  # accepted
+    assert asyncio.run(box.invoke({"height": 5})) == "1x5"
+
+
+def test_a_schema_typed_with_a_list_reports_every_problem_too() -> None:
+    """``"type": ["object"]`` lists every problem, as ``"type": "object"`` does."""
+    properties: dict[str, Any] = {"n": {"type": "integer"}}
+    for kind in ("object", ["object"]):
+        schema = {
+            "type": kind,
+            "properties": properties,
+            "required": ["n"],
+            "additionalProperties": False,
+        }
+        t = Tool("typed", "", schema, lambda **kw: kw)
+        with pytest.raises(InvalidToolArguments) as info:
+            t.validate({"m": 1})
+        assert str(info.value) == (
+            "invalid arguments for tool 'typed': missing required argument 'n'; "
+            "unexpected argument 'm' (expected: n)"
+        ), kind

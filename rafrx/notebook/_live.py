@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from reactivex import Observable, abc
 
+from rafrx.errors import error_text
 from rafrx.notebook._display import Display, DisplayHandle, default_display
 from rafrx.notebook._render import LiveSnapshot, live_html, live_text
 from rafrx.notebook._results import as_results
@@ -139,7 +140,7 @@ class LiveView:
         self._aggregator.fail(error)
         self.state.status = "failed"
         if not self.state.errors:
-            self.state.errors.append(f"{type(error).__name__}: {error}")
+            self.state.errors.append(f"{type(error).__name__}: {error_text(error)}")
         self._finish(None, error)
 
     def _on_completed(self) -> None:

@@ -16,7 +16,7 @@ from rafrx.content import (
     UriContent,
     UsageContent,
 )
-from rafrx.errors import LimitExceeded, ProtocolError, ProviderError
+from rafrx.errors import LimitExceeded, ProtocolError, ProviderError, error_text
 from rafrx.events import Event, FinishEvent, ResponseStartedEvent, ToolApprovalRequestEvent
 from rafrx.operators._builders import args_content, reasoning_content, text_content
 from rafrx.operators._reducer import reducer_operator
@@ -176,7 +176,8 @@ class ToolCallAccumulator:
         return ()
 
     def fail(self, error: Exception) -> Sequence[AgentResponseResult]:
-        return (self.result((ErrorContent(str(error) or type(error).__name__, meta=self._meta),)),)
+        message = error_text(error) or type(error).__name__
+        return (self.result((ErrorContent(message, meta=self._meta),)),)
 
 
 def accumulate_tool_calls(

@@ -12,7 +12,13 @@ from reactivex import Observable, abc
 from reactivex.disposable import CompositeDisposable, Disposable, SingleAssignmentDisposable
 
 from rafrx.content import ToolCalledContent, ToolCallingContent
-from rafrx.errors import InvalidToolArguments, ToolApprovalDenied, ToolError, ToolNotFound
+from rafrx.errors import (
+    InvalidToolArguments,
+    ToolApprovalDenied,
+    ToolError,
+    ToolNotFound,
+    error_text,
+)
 from rafrx.events import ToolApprovalRequestEvent
 from rafrx.response import AgentResponseResult
 from rafrx.tools import Tool, ToolApprovalResponse, _is_async, as_tool, format_result
@@ -183,12 +189,13 @@ class _Runner:
                 value = await tool.invoke(call.arguments)
             text = format_result(value)
         except ToolError as exc:
-            logger.info("tool call %s (%s) failed: %s", call.call_id, call.name, exc)
+            message = error_text(exc)
+            logger.info("tool call %s (%s) failed: %s", call.call_id, call.name, message)
             return ToolCalledContent(
-                call.call_id, error=clip(str(exc), self.max_chars), meta=call.meta
+                call.call_id, error=clip(message, self.max_chars), meta=call.meta
             )
         except Exception as exc:  # format_result, or a failing approver
-            message = f"tool {call.name!r}: {type(exc).__name__}: {exc}"
+            message = f"tool {call.name!r}: {type(exc).__name__}: {error_text(exc)}"
             logger.info("tool call %s (%s) failed: %s", call.call_id, call.name, message)
             return ToolCalledContent(
                 call.call_id, error=clip(message, self.max_chars), meta=call.meta

@@ -158,7 +158,7 @@ def _from_async(chunks: AsyncIterable[bytes], make: Any) -> Observable[AgentResp
             iterator: AsyncIterator[bytes] = chunks.__aiter__()
             try:
                 try:
-                    while True:
+                    while not disposed:
                         try:
                             chunk = await iterator.__anext__()
                         except StopAsyncIteration:
@@ -166,7 +166,7 @@ def _from_async(chunks: AsyncIterable[bytes], make: Any) -> Observable[AgentResp
                         emit(decoder.feed(chunk))
                         if decoder.done:
                             break
-                    tail = decoder.close()
+                    tail = [] if disposed else decoder.close()
                 finally:
                     aclose = getattr(iterator, "aclose", None)
                     if aclose is not None:
@@ -188,7 +188,18 @@ def _from_async(chunks: AsyncIterable[bytes], make: Any) -> Observable[AgentResp
         def dispose() -> None:
             nonlocal disposed
             disposed = True
-            task.cancel()
+            if task.done():
+                return
+            try:
+                running = asyncio.get_running_loop()
+            except RuntimeError:
+                running = None
+            if running is not loop:  # another thread
+                loop.call_soon_threadsafe(task.cancel)
+            elif task is not asyncio.current_task():
+                task.cancel()
+            # else a subscriber of this very task disposed from on_next: the reader stops
+            # at its next check, and the body closes without being cancelled.
 
         return Disposable(dispose)
 

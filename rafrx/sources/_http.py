@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import email.utils
 import json
+import math
 import random
 import threading
 import time
@@ -47,6 +48,7 @@ from rafrx.errors import (
     ContentTypeError,
     HTTPStatusError,
     IdleTimeout,
+    ProtocolError,
     RafrxError,
     StreamInterrupted,
     TransportError,
@@ -154,24 +156,31 @@ def parse_retry_after(headers: Mapping[str, str], now: float | None = None) -> f
         10.0
     """
     lowered = {k.lower(): v for k, v in headers.items()}
-    millis = lowered.get("retry-after-ms")
+    millis = _seconds(lowered.get("retry-after-ms"))
     if millis is not None:
-        try:
-            return max(0.0, float(millis) / 1000.0)
-        except ValueError:
-            pass
+        return millis / 1000.0
     value = lowered.get("retry-after")
     if value is None:
         return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
+    seconds = _seconds(value)
+    if seconds is not None:
+        return seconds
     try:
         when = email.utils.parsedate_to_datetime(value)
     except (TypeError, ValueError, IndexError):
         return None
     return max(0.0, when.timestamp() - (time.time() if now is None else now))
+
+
+def _seconds(value: str | None) -> float | None:
+    """A header's number, at least 0; None when absent or not a finite number ("nan")."""
+    if value is None:
+        return None
+    try:
+        number = float(value)
+    except ValueError:
+        return None
+    return max(0.0, number) if math.isfinite(number) else None
 
 
 def redact(text: str, secrets: Sequence[str]) -> str:
@@ -406,9 +415,13 @@ class _StreamCall:
             else:
                 self.observer.on_error(error)
         except Exception as exc:
-            self.loop.call_exception_handler(
-                {"message": "a rafrx stream observer raised", "exception": exc}
-            )
+            self._report(exc)
+
+    def _report(self, error: Exception) -> None:
+        """An observer's exception with no stream left to carry it: the loop's handler gets it."""
+        self.loop.call_exception_handler(
+            {"message": "a rafrx stream observer raised", "exception": error}
+        )
 
     # ------------------------------------------------------------ the task
 
@@ -421,7 +434,10 @@ class _StreamCall:
                     await self._attempt()
                 except _SubscriberFailed as failed:
                     self._close()
-                    self._end(failed.error)
+                    if self.stopped:  # it disposed, then raised: nobody to tell but the loop
+                        self._report(failed.error)
+                    else:
+                        self._end(failed.error)
                     return
                 except RafrxError as err:
                     self._close()
@@ -494,6 +510,14 @@ class _StreamCall:
             ) from None
         except (aiohttp.ClientConnectionError, OSError) as exc:
             message = f"connection to {request.safe_url} failed: {type(exc).__name__}: {exc}"
+            raise TransportError(redact(message, request.secrets)) from None
+        except aiohttp.ClientResponseError as exc:  # not HTTP, a redirect loop, a bad header
+            # exc.message only: str(exc) and repr(exc) carry the full URL and the headers.
+            message = f"invalid HTTP response from {request.safe_url}: {type(exc).__name__}"
+            detail = f"{message}: {exc.message}" if exc.message else message
+            raise ProtocolError(redact(detail, request.secrets)) from None
+        except aiohttp.ClientError as exc:
+            message = f"request to {request.safe_url} failed: {type(exc).__name__}"
             raise TransportError(redact(message, request.secrets)) from None
 
     def _describe_connect_timeout(self) -> str:

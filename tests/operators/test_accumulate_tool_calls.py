@@ -322,3 +322,17 @@ def test_an_empty_argument_delta_after_the_end_is_tolerated() -> None:
     acc.step(u.ToolCallStart("a", "f"))
     acc.step(u.ToolCallEnd("a"))
     assert acc.step(u.ToolCallArgs("a", "")) == ()
+
+
+class _Unprintable(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("no text for this error")
+
+
+def test_an_upstream_error_whose_str_raises_still_ends_the_stream_with_an_error_content() -> None:
+    """The ErrorContent names the error's type when str(error) raises; the error itself follows."""
+    boom = _Unprintable()
+    source = reactivex.concat(reactivex.of(u.TextDelta("so far")), reactivex.throw(boom))
+    out, errors = run([], lambda _: source.pipe(ops.accumulate_tool_calls()))
+    assert errors == [boom]
+    assert out[-1].contents == (ErrorContent("<_Unprintable: str() failed>"),)

@@ -14,7 +14,7 @@ from reactivex.subject import Subject
 import rafrx
 from rafrx import operators as ops
 from rafrx import updates as u
-from rafrx.content import TextContent, ToolCalledContent
+from rafrx.content import TextContent, ToolCalledContent, ToolCallingContent
 from rafrx.errors import ProviderError, RafrxError, StreamInterrupted
 from rafrx.messages import ANTHROPIC_THINKING, ChatMessage, MessageRole, MessageSource, ToolCall
 from rafrx.response import AgentResponse, AgentResponseResult, FinishReason, Usage
@@ -179,6 +179,27 @@ def test_invalid_arguments_become_a_tool_call_with_error_and_raw_arguments() -> 
     assert call.raw_arguments == '{"a": '
     assert call.error is not None
     assert response.finish_reason is FinishReason.LENGTH
+
+
+def test_calls_without_start_contents_are_ordered_as_they_come() -> None:
+    """Results holding only ToolCallingContent (no ToolCallStartContent): a hand-built source."""
+    response = aggregate(
+        reactivex.of(
+            R(contents=[TextContent("Both.")]),
+            R(contents=[ToolCallingContent("B", "read", {"path": "b.py"})]),
+            R(contents=[ToolCallingContent("A", "read", {"path": "a.py"})]),
+        ),
+        tool_results(
+            ToolCalledContent("A", error="FileNotFoundError: a.py"),
+            ToolCalledContent("B", "print('b')"),
+        ),
+    )
+    assert response.tool_calls == (CALL_B, CALL_A)
+    assert response.turn_transcript == (
+        ChatMessage.assistant_with_tools("Both.", [CALL_B, CALL_A]),
+        TOOL_B,
+        TOOL_A,
+    )
 
 
 def test_usage_is_counted_once_within_a_call_and_summed_over_calls() -> None:

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
+import logging
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -16,9 +19,10 @@ from reactivex.subject import Subject
 from rafrx import operators as ops
 from rafrx import updates as u
 from rafrx.content import ResponseMetadata, TextContent, ToolCalledContent, ToolCallingContent
-from rafrx.errors import ProviderError
+from rafrx.errors import ProviderError, ToolError
 from rafrx.events import ToolApprovalRequestEvent
 from rafrx.response import AgentResponseResult, FinishReason
+from rafrx.sources import from_sse
 from rafrx.tools import Tool, ToolApprovalResponse, tool
 
 
@@ -644,3 +648,268 @@ async def test_plain_functions_and_hand_built_tools_are_accepted() -> None:
     )
     assert rec.called()["c1"].result == "HI"
     assert rec.called()["c2"].result == '["a", "b"]'
+
+
+# ---------------------------------------------------------------- the operator after it stopped
+
+
+def test_without_a_loop_the_stream_fails_once_and_nothing_after_the_error_passes() -> None:
+    """The first call fails the stream; its sibling call and later results are dropped."""
+    first = results_of(calling("c1", "add", {"a": 1, "b": 2}), calling("c2", "echo", {"text": "x"}))
+    later = AgentResponseResult("resp_1", "m", None, (TextContent("after"),))
+    items: list[AgentResponseResult] = []
+    errors: list[Exception] = []
+    completed: list[bool] = []
+    reactivex.from_iterable([first, later]).pipe(ops.execute_tools([add, echo])).subscribe(
+        items.append, errors.append, lambda: completed.append(True)
+    )
+    assert items == [first]
+    assert [str(e) for e in errors] == ["execute_tools() runs tools on the running asyncio loop"]
+    assert isinstance(errors[0], RuntimeError)
+    assert completed == []
+
+
+def test_without_a_loop_a_synchronous_body_stops_at_the_first_call() -> None:
+    """``from_sse`` over bytes emits on subscribe and reads on after the operator failed."""
+
+    def chunk(index: int, call_id: str, arguments: str) -> bytes:
+        call = {"index": index, "id": call_id, "function": {"name": "add", "arguments": arguments}}
+        return b"data: " + json.dumps({"choices": [{"delta": {"tool_calls": [call]}}]}).encode()
+
+    body = b"\n\n".join(
+        [
+            chunk(0, "c1", '{"a": 1, "b": 2}'),
+            chunk(1, "c2", '{"a": 3, "b": 4}'),
+            b'data: {"choices": [{"delta": {}, "finish_reason": "tool_calls"}]}',
+            b"data: [DONE]\n\n",
+        ]
+    )
+    items: list[AgentResponseResult] = []
+    errors: list[Exception] = []
+    completed: list[bool] = []
+    from_sse(body).pipe(ops.convert(eager=True), ops.execute_tools([add])).subscribe(
+        items.append, errors.append, lambda: completed.append(True)
+    )
+    # the first call's ToolCallingContent is the last item: c2's and the finish are dropped
+    assert items[-1].contents == (
+        ToolCallingContent("c1", "add", {"a": 1, "b": 2}, raw_arguments='{"a": 1, "b": 2}'),
+    )
+    calling_ids = [
+        c.call_id for r in items for c in r.contents if isinstance(c, ToolCallingContent)
+    ]
+    assert calling_ids == ["c1"]
+    assert all(r.finish_reason is None for r in items)
+    assert [str(e) for e in errors] == ["execute_tools() runs tools on the running asyncio loop"]
+    assert completed == []
+
+
+@pytest.mark.asyncio
+async def test_a_tool_that_ignores_cancellation_delivers_nothing_after_disposal() -> None:
+    started = asyncio.Event()
+    finished = asyncio.Event()
+
+    @tool
+    async def stubborn() -> str:
+        started.set()
+        with contextlib.suppress(asyncio.CancelledError):  # the task ends with a result
+            await asyncio.sleep(60)
+        finished.set()
+        return "too late"
+
+    rec = Recorder(
+        reactivex.of(results_of(calling("c1", "stubborn"))).pipe(ops.execute_tools([stubborn]))
+    )
+    await asyncio.wait_for(started.wait(), 5)
+    rec.subscription.dispose()
+    await asyncio.wait_for(finished.wait(), 5)
+    await asyncio.sleep(0.01)
+    assert len(rec.items) == 1
+    assert rec.called() == {}
+    assert not rec.completed
+    assert rec.error is None
+
+
+@pytest.mark.asyncio
+async def test_disposal_while_waiting_for_a_subject_answer_and_a_late_answer_is_ignored() -> None:
+    ran: list[str] = []
+
+    @tool(requires_approval=True)
+    def wipe(path: str) -> str:  # pragma: no cover - must never run
+        ran.append(path)
+        return "wiped"
+
+    answers: Subject[ToolApprovalResponse] = Subject()
+    rec = Recorder(
+        reactivex.of(results_of(calling("c1", "wipe", {"path": "/"}))).pipe(
+            ops.execute_tools([wipe], answers)
+        )
+    )
+    for _ in range(200):
+        if rec.approvals():
+            break
+        await asyncio.sleep(0.005)
+    assert [e.call_id for e in rec.approvals()] == ["c1"]
+    rec.subscription.dispose()
+    answers.on_next(ToolApprovalResponse("c1", True))  # too late: nobody waits for it
+    await asyncio.sleep(0.01)
+    assert ran == []
+    assert rec.called() == {}
+    assert len(rec.items) == 2  # the calls, then the approval request
+    assert (rec.completed, rec.error) == (False, None)
+
+
+@pytest.mark.asyncio
+async def test_an_upstream_error_while_a_call_waits_for_its_subject_answer() -> None:
+    answers: Subject[ToolApprovalResponse] = Subject()
+    upstream: Subject[AgentResponseResult] = Subject()
+    rec = Recorder(upstream.pipe(ops.execute_tools([delete], answers)))
+    upstream.on_next(results_of(calling("c1", "delete", {"path": "a"})))
+    for _ in range(200):
+        if rec.approvals():
+            break
+        await asyncio.sleep(0.005)
+    error = ProviderError("overloaded")
+    upstream.on_error(error)
+    await rec.wait()
+    answers.on_next(ToolApprovalResponse("c1", True))
+    await asyncio.sleep(0.01)
+    assert rec.error is error
+    assert rec.called() == {}
+
+
+@pytest.mark.asyncio
+async def test_a_subscriber_raising_on_a_tool_result_ends_the_stream_with_its_error() -> None:
+    """The exception comes from the observer itself, not from an Rx operator in between."""
+    items: list[AgentResponseResult] = []
+    errors: list[Exception] = []
+
+    def on_next(result: AgentResponseResult) -> None:
+        items.append(result)
+        if any(isinstance(c, ToolCalledContent) for c in result.contents):
+            raise KeyError("ui bug")
+
+    finished = asyncio.Event()
+    calls = results_of(calling("c1", "echo", {"text": "a"}))
+    reactivex.of(calls).pipe(ops.execute_tools([echo])).subscribe(
+        on_next, lambda e: (errors.append(e), finished.set()), finished.set
+    )
+    await asyncio.wait_for(finished.wait(), 5)
+    assert items == [
+        calls,
+        AgentResponseResult("resp_1", "m", None, (ToolCalledContent("c1", "a"),)),
+    ]
+    assert [type(e) for e in errors] == [KeyError]
+    assert errors[0].args == ("ui bug",)
+
+
+@pytest.mark.asyncio
+async def test_an_observer_raising_from_a_tools_task_goes_to_the_loops_exception_handler() -> None:
+    """No on_error: reactivex re-raises, and the tool's task hands that to the loop."""
+
+    def on_next(result: AgentResponseResult) -> None:
+        if any(isinstance(c, ToolCalledContent) for c in result.contents):
+            raise KeyError("ui bug")
+
+    reported: list[dict[str, Any]] = []
+    loop = asyncio.get_running_loop()
+    loop.set_exception_handler(lambda _, context: reported.append(context))
+    try:
+        calls = results_of(calling("c1", "echo", {"text": "a"}))
+        reactivex.of(calls).pipe(ops.execute_tools([echo])).subscribe(on_next)
+        for _ in range(200):
+            if reported:
+                break
+            await asyncio.sleep(0.005)
+    finally:
+        loop.set_exception_handler(None)
+    assert [c["message"] for c in reported] == ["rafrx.execute_tools: an observer raised"]
+    assert isinstance(reported[0]["exception"], KeyError)
+
+
+@pytest.mark.asyncio
+async def test_a_failure_outside_the_tool_fails_the_stream_and_cancels_the_other_calls() -> None:
+    """Here the host's logging filter raises while a tool's failure is logged: a bug, not a
+    tool failure, so the stream ends with it instead of hanging."""
+    cancelled = asyncio.Event()
+
+    @tool
+    async def forever() -> str:
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+        return "never"  # pragma: no cover
+
+    def broken_filter(record: logging.LogRecord) -> bool:
+        raise LookupError("logging misconfigured")
+
+    logger = logging.getLogger("rafrx.tools")
+    level = logger.level
+    logger.setLevel(logging.INFO)
+    logger.addFilter(broken_filter)
+    try:
+        calls = results_of(calling("slow", "forever"), calling("bad", "nope"))
+        rec = await Recorder(reactivex.of(calls).pipe(ops.execute_tools([forever]))).wait()
+    finally:
+        logger.removeFilter(broken_filter)
+        logger.setLevel(level)
+    assert isinstance(rec.error, LookupError)
+    assert str(rec.error) == "logging misconfigured"
+    assert rec.items == [calls]
+    await asyncio.wait_for(cancelled.wait(), 5)
+    assert not rec.completed
+
+
+class _Unprintable(Exception):
+    """An exception whose ``str()`` raises (some third-party exceptions do)."""
+
+    def __str__(self) -> str:
+        raise RuntimeError("no text for this error")
+
+
+class _UnprintableToolError(ToolError):
+    def __str__(self) -> str:
+        raise RuntimeError("no text for this error")
+
+
+@tool(requires_approval=True)
+def _guarded() -> str:
+    return "ran"
+
+
+@tool
+def _raises_unprintable_tool_error() -> str:
+    raise _UnprintableToolError("unused")
+
+
+@pytest.mark.parametrize("name", ["_guarded", "_raises_unprintable_tool_error"])
+@pytest.mark.asyncio
+async def test_an_exception_whose_str_raises_becomes_the_calls_error_result(name: str) -> None:
+    """An approver (or a tool, with a ToolError) raises an exception whose str() fails: that
+    call gets an error result, the other call completes, and so does the stream."""
+
+    async def approver(event: ToolApprovalRequestEvent) -> bool:
+        raise _Unprintable()
+
+    @tool
+    async def sibling() -> str:
+        await asyncio.sleep(0.01)
+        return "sibling done"
+
+    calls = AgentResponseResult(
+        "r",
+        "m",
+        None,
+        (ToolCallingContent("c1", name, {}), ToolCallingContent("c2", "sibling", {})),
+    )
+    tools = [_guarded, _raises_unprintable_tool_error, sibling]
+    done = asyncio.get_running_loop().create_future()
+    items: list[AgentResponseResult] = []
+    reactivex.of(calls).pipe(ops.execute_tools(tools, approver)).subscribe(
+        items.append, done.set_exception, lambda: done.set_result(None)
+    )
+    await asyncio.wait_for(done, 5)
+    called = {c.call_id: c for r in items for c in r.contents if isinstance(c, ToolCalledContent)}
+    assert called["c1"].error is not None
+    assert called["c2"] == ToolCalledContent("c2", result="sibling done")

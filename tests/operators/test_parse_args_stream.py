@@ -252,3 +252,46 @@ def test_splitting_the_deltas_differently_never_changes_the_parsed_values(
 
     assert parsed(first) == parsed(second)
     assert text(first) == text(second)
+
+
+def test_a_whole_call_in_one_result_is_parsed_in_place() -> None:
+    """Start, arguments and end in one result (a hand-built or batched result)."""
+    whole = R(
+        "r",
+        "m",
+        None,
+        [
+            ToolCallStartContent("c", "f"),
+            ToolCallArgsContent("c", '{"path": "a", "n": 1}'),
+            ToolCallEndContent("c"),
+            TextContent("done"),
+        ],
+    )
+    out, errors = run([whole], ops.parse_args_stream())
+    assert errors == []
+    assert contents(out) == [
+        ToolCallStartContent("c", "f"),
+        ToolCallArgsContent("c", '{"path": "a", "n": 1}'),
+        Progress("c", "path", 1, "a"),
+        Parsed("c", "path", "a"),
+        Parsed("c", "n", 1),
+        ToolCallEndContent("c"),
+        TextContent("done"),
+    ]
+    assert (out[0].id, out[0].model) == ("r", "m")
+
+
+def test_an_ended_call_is_forgotten_whether_its_end_came_with_arguments_or_alone() -> None:
+    """After its end, arguments under the same id parse afresh (no leftover parser state)."""
+    start, end = ToolCallStartContent("c", "f"), ToolCallEndContent("c")
+    first = ToolCallArgsContent("c", '{"a": 1}')
+    again = R(contents=[ToolCallArgsContent("c", '{"b": 2}')])
+    with_arguments = [R(contents=[start, first, end]), again]
+    alone = [R(contents=[start, first]), R(contents=[end]), again]
+    for items in (with_arguments, alone):
+        out, errors = run(items, ops.parse_args_stream())
+        assert errors == []
+        assert [c for c in contents(out) if isinstance(c, Parsed)] == [
+            Parsed("c", "a", 1),
+            Parsed("c", "b", 2),
+        ]
