@@ -101,12 +101,24 @@ def test_chat_error_event_with_a_flat_error_object() -> None:
     )
 
 
-@pytest.mark.parametrize("data", ['["boom"]', "42", "null", '"boom"'])
-def test_chat_error_event_whose_json_is_not_an_object_keeps_its_data(data: str) -> None:
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ('["boom"]', "provider error"),
+        ("42", "provider error"),
+        ("null", "provider error"),
+        ('"boom"', "boom"),
+        ("", "provider error"),
+        (" ", "provider error"),
+    ],
+)
+def test_chat_error_event_whose_json_is_not_an_object_keeps_its_data(
+    data: str, message: str
+) -> None:
     body = sse(chunk({"content": "Half an "}), ("error", data))
     err = failure(body, "openai-chat")
     assert type(err) is ProviderError
-    assert err.message == "provider error"
+    assert err.message == message
     assert err.body == data
     assert err.partial is not None
     assert err.partial.text == "Half an "
@@ -220,8 +232,19 @@ def test_anthropic_dialect_ignores_every_event_after_message_stop() -> None:
     assert d.close() == []
 
 
-@pytest.mark.parametrize("data", ['["overloaded"]', "529", '"overloaded"'])
-def test_anthropic_error_event_whose_json_is_not_an_object_keeps_its_data(data: str) -> None:
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ('["overloaded"]', "provider error"),
+        ("529", "provider error"),
+        ('"overloaded"', "overloaded"),
+        ("", "provider error"),
+        (" ", "provider error"),
+    ],
+)
+def test_anthropic_error_event_whose_json_is_not_an_object_keeps_its_data(
+    data: str, message: str
+) -> None:
     body = sse(
         ("content_block_start", block_start(0, {"type": "text", "text": ""})),
         ("content_block_delta", text_delta(0, "Once upon")),
@@ -229,7 +252,7 @@ def test_anthropic_error_event_whose_json_is_not_an_object_keeps_its_data(data: 
     )
     err = failure(body, "anthropic")
     assert type(err) is ProviderError
-    assert err.message == "provider error"
+    assert err.message == message
     assert err.body == data
     assert err.partial is not None
     assert err.partial.text == "Once upon"
@@ -379,3 +402,23 @@ def test_responses_annotations_that_are_not_objects_are_ignored() -> None:
         ev(COMPLETED),
     )
     assert out == [u.Uri("https://z.example"), u.Finish(FinishReason.STOP)]
+
+
+@pytest.mark.parametrize("dialect", ["openai-chat", "anthropic", "openai-responses"])
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ("", "provider error"),
+        ("upstream timed out", "upstream timed out"),
+        ('"overloaded"', "overloaded"),
+        ('{"error": "overloaded"}', "overloaded"),
+        ('{"error": {"message": "Overloaded", "type": "overloaded_error"}}', "Overloaded"),
+    ],
+)
+def test_every_dialect_reads_an_error_event_the_same_way(
+    dialect: str, data: str, message: str
+) -> None:
+    """``event: error`` is the provider's error whatever its data, even none at all."""
+    with pytest.raises(ProviderError) as info:
+        get_dialect(dialect).feed(ServerSentEvent(event="error", data=data))
+    assert (info.value.message, info.value.body) == (message, data)

@@ -30,6 +30,7 @@ __all__ = [
     "Dialect",
     "as_int",
     "as_str",
+    "error_event",
     "fitting",
     "get_list",
     "get_object",
@@ -228,6 +229,36 @@ def provider_error(
         retryable=is_retryable(error_type, raw_code, status),
         body=event.data,
     )
+
+
+def error_event(event: ServerSentEvent) -> ProviderError:
+    """The :class:`ProviderError` an ``event: error`` stands for, whatever its data.
+
+    An error object, or an object holding one under ``error`` (itself an
+    object or a string); a JSON string or plain text (the message); nothing
+    at all (``"provider error"``). The data is kept as the error's ``body``.
+
+    Example:
+        >>> error_event(ServerSentEvent(event="error", data='{"error": "overloaded"}')).message
+        'overloaded'
+        >>> error_event(ServerSentEvent(event="error", data="upstream timed out")).message
+        'upstream timed out'
+        >>> error_event(ServerSentEvent(event="error", data="")).message
+        'provider error'
+    """
+    text = event.data.strip()
+    try:
+        payload = json.loads(text) if text else None
+    except (ValueError, RecursionError):
+        payload = text  # plain text is still the provider's message
+    if isinstance(payload, dict):
+        inner = payload.get("error")
+        if isinstance(inner, dict):
+            return provider_error(event, inner)
+        if isinstance(inner, str) and inner:
+            return provider_error(event, {**payload, "message": inner})
+        return provider_error(event, payload)
+    return provider_error(event, {"message": payload} if isinstance(payload, str) else None)
 
 
 def openai_usage(usage: Mapping[str, Any], *, prompt: str, completion: str) -> response.Usage:

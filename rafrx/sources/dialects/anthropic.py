@@ -48,6 +48,7 @@ from rafrx.response import FinishReason
 from rafrx.sources.dialects._common import (
     as_int,
     as_str,
+    error_event,
     fitting,
     get_object,
     load_object,
@@ -168,16 +169,10 @@ class AnthropicDialect:
             fitted = _fit_block_delta(event.data)
             if fitted is not None:
                 return self._content_delta(fitted.index, fitted.delta)
+        if name == "error":
+            raise error_event(event)
         if event.data[:1] != "{" and not event.data.strip():
             return []
-        if name == "error":
-            try:
-                data = json.loads(event.data)
-            except (ValueError, RecursionError):
-                raise provider_error(event, {"message": event.data}) from None
-            if not isinstance(data, dict):
-                raise provider_error(event, None)
-            raise provider_error(event, get_object(event, data, "error") or data)
         data = load_object(event)
         kind = data.get("type", name)
         if kind == "error":

@@ -47,6 +47,7 @@ from rafrx.response import FinishReason
 from rafrx.sources.dialects._common import (
     as_int,
     as_str,
+    error_event,
     fitting,
     get_list,
     get_object,
@@ -153,7 +154,7 @@ class OpenAIChatDialect:
             return []
         name = event.event
         if name == "error":
-            raise self._error(event)
+            raise error_event(event)
         if name not in ("message", ""):
             return []  # an unknown named event (e.g. a keep-alive): not a chunk
         data = event.data
@@ -240,20 +241,6 @@ class OpenAIChatDialect:
         return [self._finish_update(FinishReason.OTHER)]
 
     # ------------------------------------------------------------ internals
-
-    def _error(self, event: ServerSentEvent) -> Exception:
-        try:
-            payload = json.loads(event.data)
-        except (ValueError, RecursionError):
-            return provider_error(event, {"message": event.data} if event.data else None)
-        if isinstance(payload, dict):
-            inner = payload.get("error")
-            if isinstance(inner, dict):
-                return provider_error(event, inner)
-            if isinstance(inner, str):
-                return provider_error(event, {"message": inner})
-            return provider_error(event, payload)
-        return provider_error(event, None)
 
     def _finish_update(self, default: FinishReason) -> Finish:
         reason = default if self._finish is None else FinishReason.from_provider(self._finish)

@@ -39,6 +39,7 @@ from rafrx.response import FinishReason
 from rafrx.sources.dialects._common import (
     as_int,
     as_str,
+    error_event,
     get_list,
     get_object,
     load_object,
@@ -108,11 +109,12 @@ class OpenAIResponsesDialect:
 
     def feed(self, event: ServerSentEvent) -> list[AgentResponseUpdate]:
         """Translate one event; see :class:`~rafrx.sources.dialects.Dialect`."""
-        if self._done or not event.data.strip():
+        if self._done:
             return []
-        if event.event == "error" and not event.data.lstrip().startswith("{"):
-            # an error event whose data is plain text is still the provider's error
-            raise provider_error(event, {"message": event.data})
+        if event.event == "error":
+            raise error_event(event)
+        if not event.data.strip():
+            return []
         data = load_object(event)
         kind = _event_type(event, data)
         if kind == "error":
