@@ -142,7 +142,7 @@ class ChatMessage:
         out: dict[str, Any] = {"role": self.role.value, "content": self.content}
         if self.name is not None:
             out["name"] = self.name
-        if self.tool_calls is not None:
+        if self.tool_calls:  # never "tool_calls": [] (OpenAI rejects an empty array)
             out["tool_calls"] = [
                 {
                     "id": call.id,
@@ -258,7 +258,10 @@ def to_anthropic(messages: Iterable[ChatMessage]) -> tuple[str | None, list[dict
             blocks.append(
                 {"type": "tool_use", "id": call.id, "name": call.name, "input": arguments}
             )
-        out.append({"role": msg.role.value, "content": blocks})
+        if blocks or msg.role is MessageRole.USER:
+            out.append({"role": msg.role.value, "content": blocks})
+        # else an assistant turn with nothing Anthropic can take (no text, no calls, reasoning
+        # without a signed thinking block): an empty content list is refused, so it is left out.
     return ("\n\n".join(system) if system else None), out
 
 
@@ -271,7 +274,8 @@ def from_anthropic(system: str | None, messages: Iterable[Mapping[str, Any]]) ->
     """Rebuild :class:`ChatMessage` values from Anthropic's ``(system, messages)``.
 
     The inverse of :func:`to_anthropic`: tool_result blocks become one TOOL
-    message each, thinking blocks go back into ``provider_data``.
+    message each (followed by a user message with any text sent beside them),
+    thinking blocks go back into ``provider_data``.
     """
     out: list[ChatMessage] = []
     if system is not None:
@@ -282,12 +286,14 @@ def from_anthropic(system: str | None, messages: Iterable[Mapping[str, Any]]) ->
             out.append(ChatMessage(MessageRole(msg["role"]), content))
             continue
         results = [b for b in content if b.get("type") == "tool_result"]
-        if results and len(results) == len(content):
+        if results:  # one TOOL message each, then the user's own text if it came with them
             out.extend(
                 ChatMessage.tool(_text_of(b.get("content")), b["tool_use_id"], source=None)
                 for b in results
             )
-            continue
+            content = [b for b in content if b.get("type") != "tool_result"]
+            if not content:
+                continue
         text = "".join(b["text"] for b in content if b.get("type") == "text")
         calls = [
             ToolCall(b["id"], b["name"], b.get("input", {}))

@@ -170,8 +170,12 @@ class Tool:
         }
 
     def to_responses(self) -> dict[str, Any]:
-        """The OpenAI Responses API ``tools`` entry."""
-        return {"type": "function", **self._function()}
+        """The OpenAI Responses API ``tools`` entry.
+
+        With ``"strict": False``: the API's default, strict mode, would rewrite
+        the schema (every parameter required, so a default never applies).
+        """
+        return {"type": "function", **self._function(), "strict": False}
 
     # ------------------------------------------------------------ calling
 

@@ -153,7 +153,12 @@ def anthropic_conversations(draw: st.DrawFn) -> list[ChatMessage]:
     tool = st.builds(
         lambda text, call_id: ChatMessage.tool(text, call_id, source=None), unicode_text(), _ids()
     )
-    turns = draw(st.lists(user | _anthropic_assistant() | tool, max_size=6))
+    # An assistant turn with no text, call or thinking block has no Anthropic form (an
+    # empty content list is refused), so to_anthropic leaves it out: not drawn here.
+    assistant = _anthropic_assistant().filter(
+        lambda m: bool(m.content or m.tool_calls or m.provider_data)
+    )
+    turns = draw(st.lists(user | assistant | tool, max_size=6))
     return out + turns
 
 

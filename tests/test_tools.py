@@ -293,6 +293,7 @@ def test_provider_definitions() -> None:
         "name": "weather",
         "description": "Current weather.",
         "parameters": params,
+        "strict": False,
     }
 
 

@@ -100,6 +100,21 @@ def tool_schema(tool: ToolLike) -> tuple[str, str, dict[str, Any]]:
     return tool.name, tool.description or "", dict(tool.parameters or _EMPTY_SCHEMA)
 
 
+def _strict(tool: ToolLike) -> bool | None:
+    """The ``strict`` flag of a tool given in a provider's own shape, if it has one.
+
+    Example:
+        >>> _strict({"type": "function", "function": {"name": "now", "strict": True}})
+        True
+    """
+    if not isinstance(tool, Mapping):
+        return None
+    inner = tool.get("function")
+    spec: Mapping[str, Any] = inner if isinstance(inner, Mapping) else tool
+    strict = spec.get("strict")
+    return strict if isinstance(strict, bool) else None
+
+
 def to_responses_input(messages: Iterable[ChatMessage]) -> list[dict[str, Any]]:
     """Messages as OpenAI Responses ``input`` items.
 
@@ -332,7 +347,8 @@ class OpenAIChatClient(LLMClient):
         }
         if tools:
             payload["tools"] = [
-                {"type": "function", "function": _function(*tool_schema(t))} for t in tools
+                {"type": "function", "function": _function(*tool_schema(t), _strict(t))}
+                for t in tools
             ]
         return payload
 
@@ -340,8 +356,12 @@ class OpenAIChatClient(LLMClient):
         return self
 
 
-def _function(name: str, description: str, parameters: dict[str, Any]) -> dict[str, Any]:
-    return {"name": name, "description": description, "parameters": parameters}
+def _function(
+    name: str, description: str, parameters: dict[str, Any], strict: bool | None
+) -> dict[str, Any]:
+    """A function definition; ``strict`` only when the tool set it (chat's default is off)."""
+    out = {"name": name, "description": description, "parameters": parameters}
+    return out if strict is None else {**out, "strict": strict}
 
 
 class AnthropicClient(LLMClient):
@@ -415,7 +435,12 @@ class OpenAIResponsesClient(LLMClient):
     ) -> dict[str, Any]:
         payload: dict[str, Any] = {"model": self.model, "input": to_responses_input(messages)}
         if tools:
-            payload["tools"] = [{"type": "function", **_function(*tool_schema(t))} for t in tools]
+            # "strict": False unless the tool says otherwise: the Responses API's default,
+            # strict mode, rewrites the schema (every parameter required).
+            payload["tools"] = [
+                {"type": "function", **_function(*tool_schema(t), _strict(t) or False)}
+                for t in tools
+            ]
         return payload
 
     async def __aenter__(self) -> OpenAIResponsesClient:

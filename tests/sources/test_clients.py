@@ -332,6 +332,7 @@ async def test_responses_request(llm_server: LLMServer) -> None:
                 "name": "weather",
                 "description": "Forecast for a city.",
                 "parameters": weather.parameters,
+                "strict": False,
             }
         ],
         "stream": True,
