@@ -51,6 +51,7 @@ from rafrx.operators._aggregate import ResponseAggregator, collect_agent_respons
 from rafrx.operators._execute_tools import Approver
 from rafrx.response import AgentResponse, AgentResponseResult
 from rafrx.tools import Tool, as_tool
+from rafrx.typing import Operator
 from rafrx.updates import AgentResponseUpdate
 
 __all__ = ["Agent", "ChatClient"]
@@ -101,6 +102,9 @@ class Agent:
         max_result_chars: Longest tool result or error sent back to the model.
         eager_tools: Start each tool as soon as its arguments are complete,
             while the model still streams later calls.
+
+    The arguments are kept as attributes of the same names; assigning
+    ``tools`` or ``approver`` takes effect from the next LLM call on.
     """
 
     def __init__(
@@ -129,9 +133,17 @@ class Agent:
         self.max_steps = max_steps
         self.id = id if id is not None else f"agent-{uuid.uuid4().hex[:12]}"
         self.eager_tools = eager_tools
-        # validates the tool table (duplicate names, concurrency) up front
-        self._execute = execute_tools(
-            self.tools, approver, concurrency=concurrency, max_result_chars=max_result_chars
+        self.concurrency = concurrency
+        self.max_result_chars = max_result_chars
+        self._executor()  # validates the tool table (duplicate names, concurrency) up front
+
+    def _executor(self) -> Operator[AgentResponseResult, AgentResponseResult]:
+        """``execute_tools`` over the agent's tools and approver as they are now."""
+        return execute_tools(
+            self.tools,
+            self.approver,
+            concurrency=self.concurrency,
+            max_result_chars=self.max_result_chars,
         )
 
     def __repr__(self) -> str:
@@ -282,7 +294,7 @@ class _Turn:
                 done.set_result(None)
 
         source = agent.client.stream(tuple(messages), agent.tools or None)
-        results = source.pipe(convert(eager=agent.eager_tools), agent._execute)
+        results = source.pipe(convert(eager=agent.eager_tools), agent._executor())
         subscription = results.subscribe(on_next, on_error, on_completed)
         try:
             await done

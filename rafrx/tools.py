@@ -51,7 +51,7 @@ import asyncio
 import inspect
 import re
 from collections.abc import Callable, Mapping
-from typing import Any, final, overload
+from typing import Any, Final, final, overload
 
 import attrs
 
@@ -95,6 +95,10 @@ class ToolApprovalResponse:
     call_id: str
     approved: bool
     reason: str | None = None
+
+
+CANCEL_GRACE: Final = 0.1
+"""Seconds a timed-out async tool is given to finish its cancellation before the call ends."""
 
 
 def _valid_name(instance: Any, attribute: Any, value: str) -> None:
@@ -221,30 +225,45 @@ class Tool:
         Raises:
             InvalidToolArguments: the arguments do not fit the schema.
             ToolTimeout: the call took longer than ``timeout`` (it is
-                cancelled; a sync function's thread runs on to its end).
+                cancelled; a sync function's thread, or an async function
+                that ignores the cancellation, runs on to its end unheeded).
             ToolExecutionError: the function raised; the message names the
                 exception type and message (a :class:`~rafrx.errors.ToolError`
                 it raises is passed on as is).
         """
         args, kwargs = self._bind(arguments)
+        # Its own task, so that the deadline holds even for a function that ignores
+        # its cancellation: after CANCEL_GRACE it is left to finish on its own, unheeded.
+        running = asyncio.ensure_future(call_function(self.fn, args, kwargs))
         try:
-            async with asyncio.timeout(self.timeout) as deadline:
-                return await call_function(self.fn, args, kwargs)
+            finished, _ = await asyncio.wait((running,), timeout=self.timeout)
+        except asyncio.CancelledError:
+            running.cancel()
+            raise
+        if not finished:
+            running.cancel()
+            running.add_done_callback(_drop_outcome)
+            await asyncio.wait((running,), timeout=CANCEL_GRACE)  # let it clean up
+            raise ToolTimeout(
+                f"tool {self.name!r} timed out after {self.timeout:g} s", name=self.name
+            )
+        try:
+            return running.result()
         except ToolError:
             raise
-        except TimeoutError as exc:
-            if deadline.expired():
-                raise ToolTimeout(
-                    f"tool {self.name!r} timed out after {self.timeout:g} s", name=self.name
-                ) from exc
-            raise self._raised(exc) from exc
-        except Exception as exc:
+        except (Exception, asyncio.CancelledError) as exc:  # CancelledError: raised, not ours
             raise self._raised(exc) from exc
 
-    def _raised(self, exc: Exception) -> ToolExecutionError:
+    def _raised(self, exc: BaseException) -> ToolExecutionError:
         text = error_text(exc)
         detail = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
         return ToolExecutionError(f"tool {self.name!r} raised {detail}", name=self.name)
+
+
+def _drop_outcome(task: asyncio.Future[Any]) -> None:
+    """Retrieve a timed-out call's late outcome, so that asyncio does not log it as lost."""
+    if not task.cancelled():
+        task.exception()
 
 
 def _make_tool(

@@ -247,8 +247,10 @@ def execute_tools(
     marker. A tool that requires approval first emits a result with a
     ``ToolApprovalRequestEvent``, then waits for ``approver``: an async or
     sync callable returning a bool (or a ``ToolApprovalResponse``), or an
-    observable of ``ToolApprovalResponse`` (a ``Subject`` the UI answers);
-    with no approver the call is denied. Completion waits for every running
+    observable of ``ToolApprovalResponse`` (a ``Subject`` the UI answers:
+    the first answer to a request counts, and once the observable ends every
+    request still open is denied); with no approver the call is denied. The
+    event holds a copy of the arguments. Completion waits for every running
     tool; disposal cancels them.
 
     .. marble::

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import copy
 import inspect
 import logging
 from collections.abc import Awaitable, Callable, Iterable
@@ -74,6 +75,7 @@ class _Runner:
         self.seen: set[str] = set()
         self.answers: dict[str, ToolApprovalResponse] = {}
         self.waiting: dict[str, asyncio.Future[ToolApprovalResponse]] = {}
+        self.answers_closed: str | None = None  # why no answer can come any more
         self.upstream = SingleAssignmentDisposable()
         self.upstream_done = False
         self.stopped = False
@@ -120,9 +122,18 @@ class _Runner:
     def on_answer(self, answer: ToolApprovalResponse) -> None:
         future = self.waiting.pop(answer.call_id, None)
         if future is None:
-            self.answers[answer.call_id] = answer
+            self.answers.setdefault(answer.call_id, answer)  # the first answer counts
         elif not future.done():
             future.set_result(answer)
+
+    def on_answers_end(self, error: Exception | None = None) -> None:
+        """The approver observable ended: no answer can come, so every request is denied."""
+        why = "completed" if error is None else f"failed ({type(error).__name__})"
+        self.answers_closed = f"the approver {why} before answering"
+        for call_id, future in list(self.waiting.items()):
+            if not future.done():
+                future.set_result(ToolApprovalResponse(call_id, False, self.answers_closed))
+        self.waiting.clear()
 
     def stop(self) -> None:
         self.stopped = True
@@ -194,13 +205,20 @@ class _Runner:
             return ToolCalledContent(
                 call.call_id, error=clip(message, self.max_chars), meta=call.meta
             )
+        except asyncio.CancelledError as exc:
+            task = asyncio.current_task()
+            if task is None or task.cancelling():
+                raise  # this call is being cancelled (the stream was disposed or failed)
+            return self.failed(call, exc)  # raised by the approver itself: still a result
         except Exception as exc:  # format_result, or a failing approver
-            message = f"tool {call.name!r}: {type(exc).__name__}: {error_text(exc)}"
-            logger.info("tool call %s (%s) failed: %s", call.call_id, call.name, message)
-            return ToolCalledContent(
-                call.call_id, error=clip(message, self.max_chars), meta=call.meta
-            )
+            return self.failed(call, exc)
         return ToolCalledContent(call.call_id, result=clip(text, self.max_chars), meta=call.meta)
+
+    def failed(self, call: ToolCallingContent, error: BaseException) -> ToolCalledContent:
+        """The error result of a call that failed outside the tool itself."""
+        message = f"tool {call.name!r}: {type(error).__name__}: {error_text(error)}"
+        logger.info("tool call %s (%s) failed: %s", call.call_id, call.name, message)
+        return ToolCalledContent(call.call_id, error=clip(message, self.max_chars), meta=call.meta)
 
     async def approve(
         self, tool: Tool, call: ToolCallingContent, result: AgentResponseResult
@@ -211,12 +229,14 @@ class _Runner:
                 f"tool {call.name!r} requires approval and no approver is configured; "
                 "the call was not run"
             )
-        request = ToolApprovalRequestEvent(
-            call.call_id, call.name, call.arguments, tool.description
-        )
+        # A copy: what an approver or a UI does to the event's arguments never reaches the call.
+        arguments = copy.deepcopy(call.arguments)
+        request = ToolApprovalRequestEvent(call.call_id, call.name, arguments, tool.description)
         self.emit(AgentResponseResult(result.id, result.model, None, (), (request,)))
         if isinstance(approver, Observable):
             answer: Any = self.answers.pop(call.call_id, None)
+            if answer is None and self.answers_closed is not None:
+                answer = ToolApprovalResponse(call.call_id, False, self.answers_closed)
             if answer is None:
                 future = asyncio.get_running_loop().create_future()
                 self.waiting[call.call_id] = future
@@ -262,7 +282,9 @@ def execute_tools(
             runner = _Runner(observer, table, approver, concurrency, max_result_chars)
             answers = SingleAssignmentDisposable()
             if isinstance(approver, Observable):
-                answers.disposable = approver.subscribe(runner.on_answer)
+                answers.disposable = approver.subscribe(
+                    runner.on_answer, runner.on_answers_end, runner.on_answers_end
+                )
             runner.upstream.disposable = source.subscribe(
                 runner.on_next, runner.on_error, runner.on_completed, scheduler=scheduler
             )
