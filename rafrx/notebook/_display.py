@@ -63,12 +63,17 @@ def text_display(stream: TextIO | None = None) -> Display:
 
 
 def default_display() -> Display:
-    """IPython's ``display`` inside IPython, else :func:`text_display` on stdout."""
+    """IPython's ``display`` in a Jupyter kernel, else :func:`text_display` on stdout.
+
+    Terminal IPython cannot update an output in place: there, as in a script,
+    only the final render is printed.
+    """
     try:
         from IPython.core.getipython import get_ipython
         from IPython.display import display
     except ImportError:
         return text_display()
-    if get_ipython() is None:  # type: ignore[no-untyped-call, unused-ignore]  # typed in IPython 9
+    shell = get_ipython()  # type: ignore[no-untyped-call, unused-ignore]  # typed in IPython 9
+    if shell is None or getattr(shell, "kernel", None) is None:  # no kernel: a terminal
         return text_display()
     return display

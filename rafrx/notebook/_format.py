@@ -9,19 +9,63 @@ Example:
 
 from __future__ import annotations
 
+import html
 import json
-from html import escape
+import re
 from typing import Any, Final
 
 from rafrx.response import Usage
 
-__all__ = ["LONG_ARG_BYTES", "PREVIEW_CHARS", "clip_html", "human_size", "json_html", "usage_line"]
+__all__ = [
+    "LONG_ARG_BYTES",
+    "PREVIEW_CHARS",
+    "clip",
+    "clip_html",
+    "escape",
+    "human_size",
+    "json_html",
+    "json_preview",
+    "showable",
+    "usage_line",
+]
 
 PREVIEW_CHARS: Final = 2000
 """The longest tool result or argument value shown in HTML, in characters."""
 
 LONG_ARG_BYTES: Final = 80
 """A streamed string argument at least this long is shown by its size, not its value."""
+
+
+# What no display can take: lone surrogates (a JSON "\ud800" escape decodes to one; UTF-8
+# cannot encode it) and the characters XML 1.0 forbids (the timeline is SVG).
+_UNSHOWABLE: Final = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
+
+
+def showable(text: str) -> str:
+    """``text`` with what no display can take (lone surrogates, XML-forbidden controls) as U+FFFD.
+
+    Example:
+        >>> showable("ok \\ud800 \\x01") == "ok \\ufffd \\ufffd"
+        True
+    """
+    return text if text.isascii() and text.isprintable() else _UNSHOWABLE.sub("\ufffd", text)
+
+
+def escape(text: str) -> str:
+    """``text`` HTML-escaped (quotes included) and :func:`showable`."""
+    return html.escape(showable(text))
+
+
+def clip(text: str, limit: int = PREVIEW_CHARS) -> str:
+    """``text`` cut to ``limit`` characters, saying how much was cut.
+
+    Example:
+        >>> clip("abcdef", 4)
+        'abcd… (2 more characters)'
+    """
+    if len(text) <= limit:
+        return text
+    return text[:limit] + f"… ({len(text) - limit} more characters)"
 
 
 def clip_html(text: str) -> str:
@@ -31,18 +75,36 @@ def clip_html(text: str) -> str:
         >>> clip_html("a" * 2001).endswith("… (1 more characters)")
         True
     """
-    if len(text) > PREVIEW_CHARS:
-        text = text[:PREVIEW_CHARS] + f"… ({len(text) - PREVIEW_CHARS} more characters)"
-    return escape(text)
+    return escape(clip(text))
+
+
+def json_preview(value: Any, limit: int = PREVIEW_CHARS, indent: int | None = 1) -> str:
+    """``value`` as JSON (``repr`` for what JSON cannot hold), cut to ``limit`` characters.
+
+    The encoding stops once ``limit`` is reached, so the work is bounded by
+    what is shown, however large the value.
+
+    Example:
+        >>> json_preview(list(range(10**6)), limit=12, indent=None)
+        '[0, 1, 2, 3,… (more)'
+    """
+    pieces: list[str] = []
+    size = 0
+    encoder = json.JSONEncoder(ensure_ascii=False, indent=indent, default=repr)
+    try:
+        for piece in encoder.iterencode(value):
+            pieces.append(piece)
+            size += len(piece)
+            if size > limit:
+                return "".join(pieces)[:limit] + "… (more)"
+    except (TypeError, ValueError):  # e.g. a circular value
+        return clip(repr(value), limit)
+    return "".join(pieces)
 
 
 def json_html(value: Any) -> str:
     """``value`` as indented JSON (``repr`` for what JSON cannot hold), clipped and escaped."""
-    try:
-        text = json.dumps(value, ensure_ascii=False, indent=1, default=repr)
-    except (TypeError, ValueError):
-        text = repr(value)
-    return clip_html(text)
+    return escape(json_preview(value))
 
 
 def human_size(n: int) -> str:

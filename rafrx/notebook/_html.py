@@ -10,11 +10,10 @@ Example:
 
 from __future__ import annotations
 
-from html import escape
 from typing import TYPE_CHECKING
 
 from rafrx import content as c
-from rafrx.notebook._format import json_html
+from rafrx.notebook._format import clip_html, escape, json_html
 
 if TYPE_CHECKING:
     from rafrx.messages import ChatMessage
@@ -44,7 +43,7 @@ def content_html(item: c.Content) -> str:
         case c.ToolCallEndContent(call_id):
             return f"<div>■ arguments complete <code>{escape(call_id)}</code></div>"
         case c.ToolCallingContent(call_id, name, arguments, raw, error):
-            shown = json_html(arguments) if error is None else escape(raw)
+            shown = json_html(arguments) if error is None else clip_html(raw)
             problem = f' <span style="color:#c00">{escape(error)}</span>' if error else ""
             return (
                 f'<div class="rafrx-tool"><b>{escape(name)}</b>'
@@ -53,7 +52,7 @@ def content_html(item: c.Content) -> str:
         case c.ToolCalledContent(call_id, result, error):
             if error is not None:
                 return f'<div style="color:#c00">✗ {escape(error)}</div>'
-            return f"<div>→ <code>{escape(result or '')}</code></div>"
+            return f"<div>→ <code>{clip_html(result or '')}</code></div>"
         case c.UsageContent(usage):
             return (
                 f"<div>usage: {usage.prompt_tokens} in, {usage.completion_tokens} out, "

@@ -152,11 +152,13 @@ class LiveView:
     def _finish(self, response: AgentResponse | None, error: Exception | None) -> None:
         self._done = True
         self._response, self._error = response, error
-        self._render(final=True)
-        for waiter in self._waiters:
-            if not waiter.done():
-                waiter.set_result(None)
-        self._waiters.clear()
+        try:
+            self._render(final=True)
+        finally:  # a display that fails must not leave `await view` waiting forever
+            for waiter in self._waiters:
+                if not waiter.done():
+                    waiter.set_result(None)
+            self._waiters.clear()
 
     # -- rendering
 
@@ -167,9 +169,11 @@ class LiveView:
         if self._timer is not None:  # this render shows what the timer would have
             self._timer.cancel()
             self._timer = None
-        self._last_render = time.monotonic()
         self.renders += 1
-        self._handle.update(self._snapshot(final))
+        try:
+            self._handle.update(self._snapshot(final))
+        finally:  # stamped after the render: a slow render must not make every update render
+            self._last_render = time.monotonic()
 
     def _render_soon(self) -> None:
         wait = self._interval - (time.monotonic() - self._last_render)

@@ -18,12 +18,19 @@ Example:
 
 from __future__ import annotations
 
-import json
-from html import escape
-
 import attrs
 
-from rafrx.notebook._format import LONG_ARG_BYTES, clip_html, human_size, json_html, usage_line
+from rafrx.notebook._format import (
+    LONG_ARG_BYTES,
+    clip,
+    clip_html,
+    escape,
+    human_size,
+    json_html,
+    json_preview,
+    showable,
+    usage_line,
+)
 from rafrx.notebook._state import LiveState, ToolCard
 
 __all__ = ["LiveSnapshot", "card_html", "live_html", "live_text"]
@@ -108,6 +115,10 @@ def live_html(state: LiveState) -> str:
     return "".join(parts)
 
 
+_TEXT_ARGUMENT = 200  # characters of an argument value / a result in the text fallback
+_TEXT_RESULT = 500
+
+
 def _card_text(card: ToolCard) -> list[str]:
     lines = [f"[tool {card.name} {card.call_id}: {card.status}]"]
     for name in list(card.arguments) + [n for n in card.progress if n not in card.arguments]:
@@ -115,14 +126,14 @@ def _card_text(card: ToolCard) -> list[str]:
         if bar is not None and (not bar.done or bar.received >= LONG_ARG_BYTES):
             lines.append(f"  {name}: {human_size(bar.received)}{'' if bar.done else ' …'}")
         else:
-            value = json.dumps(card.arguments.get(name), ensure_ascii=False, default=repr)
-            lines.append(f"  {name} = {value[:200]}")
+            value = json_preview(card.arguments.get(name), limit=_TEXT_ARGUMENT, indent=None)
+            lines.append(f"  {name} = {value}")
     if card.argument_error:
         lines.append(f"  ! {card.argument_error}")
     if card.error is not None:
         lines.append(f"  x {card.error}")
     elif card.result is not None:
-        lines.append(f"  -> {card.result[:500]}")
+        lines.append(f"  -> {clip(card.result, _TEXT_RESULT)}")
     return lines
 
 
@@ -140,7 +151,7 @@ def live_text(state: LiveState) -> str:
             lines.append(f"[link] {value}")
     lines.extend(f"error: {m}" for m in state.errors)
     lines.append(_footer(state))
-    return "\n".join(lines)
+    return showable("\n".join(lines))
 
 
 @attrs.frozen(repr=False)

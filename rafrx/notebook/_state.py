@@ -74,7 +74,10 @@ class LiveState:
         [['text', 'Hello']]
     """
 
-    blocks: list[list[str]] = attrs.field(factory=list)
+    _blocks: list[list[str]] = attrs.field(factory=list, alias="blocks")
+    # Deltas of the last text or reasoning block not yet joined into it: appending
+    # each to the block itself would copy the whole block every time (quadratic).
+    _parts: list[str] = attrs.field(factory=list, init=False, repr=False, eq=False)
     cards: dict[str, ToolCard] = attrs.field(factory=dict)
     step_usage: list[Usage | None] = attrs.field(factory=list)
     errors: list[str] = attrs.field(factory=list)
@@ -102,9 +105,17 @@ class LiveState:
         """All reasoning text so far."""
         return "".join(b[1] for b in self.blocks if b[0] == "reasoning")
 
+    @property
+    def blocks(self) -> list[list[str]]:
+        """``[kind, value]`` pairs in the order they appeared (see the class docstring)."""
+        if self._parts:
+            self._blocks[-1][1] += "".join(self._parts)
+            self._parts.clear()
+        return self._blocks
+
     def _append(self, kind: str, text: str) -> None:
-        if self.blocks and self.blocks[-1][0] == kind:
-            self.blocks[-1][1] += text
+        if self._blocks and self._blocks[-1][0] == kind:
+            self._parts.append(text)
         else:
             self.blocks.append([kind, text])
 
@@ -165,8 +176,9 @@ class LiveState:
                 if error is not None:
                     card.argument_error, card.status = error, "invalid arguments"
                 else:
-                    if isinstance(arguments, dict):
-                        card.arguments = dict(arguments)
+                    # An object's members one per row; any other JSON value as one row.
+                    value = arguments if isinstance(arguments, dict) else {"(arguments)": arguments}
+                    card.arguments = dict(value)
                     card.status = "ready"
             case c.ToolCalledContent(call_id, result, error):
                 card = self._card(call_id)

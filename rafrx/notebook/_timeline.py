@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from html import escape
 from typing import Any
 
 import attrs
 
+from rafrx.notebook._format import escape
 from rafrx.notebook._marks import entries, marks
 
 __all__ = ["Timeline", "timeline"]

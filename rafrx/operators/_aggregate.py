@@ -58,7 +58,9 @@ class _Step:
 
     def tool_messages(self) -> list[ChatMessage]:
         ordered = [self.results[i] for i in self.order if i in self.results]
-        ordered.extend(m for i, m in self.results.items() if i not in self.calls)
+        if len(ordered) < len(self.results):  # results of calls never started, as they came
+            started = set(self.order)
+            ordered.extend(m for i, m in self.results.items() if i not in started)
         return ordered
 
 
