@@ -210,6 +210,8 @@ async def _demo(args: argparse.Namespace) -> int:
     from rafrx.terminal import TerminalRenderer
     from rafrx.testing import LLMServer
 
+    if args.record and not Path(args.record).resolve().parent.is_dir():
+        raise _Fail(f"cannot record to {args.record}: no such directory")
     renderer = TerminalRenderer(sys.stdout, color=False if args.plain else None)
 
     async def approve(event: ToolApprovalRequestEvent) -> bool:
@@ -247,7 +249,7 @@ def _print_json(result: AgentResponseResult) -> None:
         data = encode_value(item)
         data.pop("meta", None)  # the same for every item of a call; the events carry it
         line = {"type": data.pop("$type"), **data}
-        print(json.dumps(line, ensure_ascii=False), flush=False)
+        print(json.dumps(line), flush=False)  # ASCII: lossless whatever stdout's encoding
 
 
 async def _replay(args: argparse.Namespace) -> int:
@@ -267,7 +269,7 @@ async def _replay(args: argparse.Namespace) -> int:
             path,
             pacing=args.pace,
             speed=args.speed,
-            dialect=(args.dialect or "auto") if path.suffix == ".sse" else None,
+            dialect=args.dialect or ("auto" if path.suffix.lower() == ".sse" else None),
         )
     except (OSError, ValueError) as exc:
         raise _Fail(f"cannot read {path}: {exc}") from None
@@ -317,7 +319,7 @@ async def _read_line(prompt: str) -> str | None:
 
 
 async def _chat(args: argparse.Namespace) -> int:
-    from rafrx.errors import RafrxError, TransportError
+    from rafrx.errors import IdleTimeout, RafrxError, StreamInterrupted, TransportError
     from rafrx.messages import ChatMessage
     from rafrx.operators import convert
     from rafrx.terminal import TerminalRenderer
@@ -329,6 +331,7 @@ async def _chat(args: argparse.Namespace) -> int:
             raise _Fail(f"environment variable {args.api_key_env} is not set")
     client = _client(args.format, args.base_url, args.model, api_key)
     history: list[ChatMessage] = [ChatMessage.system(args.system)] if args.system else []
+    turns = failed = 0
     try:
         while (line := await _read_line("you> ")) is not None:
             text = line.strip()
@@ -338,17 +341,23 @@ async def _chat(args: argparse.Namespace) -> int:
                 break
             messages = [*history, ChatMessage.user(text)]
             renderer = TerminalRenderer(sys.stdout, color=False if args.plain else None)
+            turns += 1
             try:
                 response = await _render_turn(renderer, client.stream(messages).pipe(convert()))
+            except (StreamInterrupted, IdleTimeout) as exc:  # it answered, then broke off
+                renderer.error(exc)
+                failed += 1
+                continue
             except TransportError as exc:
                 raise _Fail(f"endpoint unreachable: {exc}") from None
             except RafrxError as exc:
                 renderer.error(exc)
+                failed += 1
                 continue
             history = [*messages, *response.turn_transcript]
     finally:
         await client.aclose()
-    return 0
+    return 1 if turns and failed == turns else 0  # every turn failed: tell the caller
 
 
 # ----------------------------------------------------------------- serve

@@ -47,6 +47,7 @@ import reactivex
 from reactivex import Observable, abc
 from reactivex.disposable import CompositeDisposable, Disposable, SerialDisposable
 from reactivex.scheduler.eventloop import AsyncIOScheduler
+from yarl import URL
 
 from rafrx import content, errors, events, updates
 from rafrx.response import AgentResponseResult, FinishReason, Usage
@@ -197,6 +198,10 @@ _NESTED: Final[dict[str, type]] = {
 }
 
 
+_TAGS: Final = frozenset({"$type", "$dict", "$repr"})
+"""Keys :func:`_decode` reads as tags: a mapping holding one is wrapped in ``$dict``."""
+
+
 def _encode(value: Any, secrets: tuple[str, ...]) -> Any:
     if isinstance(value, FinishReason):
         return value.value
@@ -210,7 +215,7 @@ def _encode(value: Any, secrets: tuple[str, ...]) -> Any:
         return [_encode(v, secrets) for v in value]
     if isinstance(value, Mapping):
         encoded = {str(k): _encode(v, secrets) for k, v in value.items()}
-        return {"$dict": encoded} if "$type" in encoded or "$dict" in encoded else encoded
+        return {"$dict": encoded} if encoded.keys() & _TAGS else encoded
     return {"$repr": _redact(repr(value), secrets)}
 
 
@@ -426,7 +431,13 @@ def _now() -> str:
 
 
 def _write(file: Any, line: Mapping[str, Any]) -> None:
-    file.write(json.dumps(line, ensure_ascii=False, separators=(",", ":")) + "\n")
+    text = json.dumps(line, ensure_ascii=False, separators=(",", ":"))
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate (half an emoji split across deltas)
+            text = json.dumps(line, separators=(",", ":"))  # as a \ud83d escape: still JSON
+    file.write(text + "\n")
     file.flush()
 
 
@@ -447,16 +458,17 @@ def load(path: str | os.PathLike[str]) -> Recording:
             try:
                 data = json.loads(line)
                 kind, t, fields = data["kind"], float(data["t"]), data.get("fields", {})
-            except (ValueError, KeyError, TypeError) as exc:
-                raise ValueError(f"{path}:{number}: not a recorded item ({exc})") from None
-            if kind == "header":
-                continue
-            if kind == "completed":
-                end = t
-            elif kind == "error":
-                end, error = t, _decode_error(fields)
-            else:
-                entries.append(Entry(t, decode_item(kind, fields)))
+                if kind == "header":
+                    continue
+                if kind == "completed":
+                    end = t
+                elif kind == "error":
+                    end, error = t, _decode_error(fields)
+                else:
+                    entries.append(Entry(t, decode_item(kind, fields)))
+            except (ValueError, KeyError, TypeError, AttributeError) as exc:
+                # JSON, but not what record() writes: fields of the wrong shape or names
+                raise ValueError(f"{path}:{number}: not a recorded item ({exc!r})") from None
     return Recording(entries, end, error)
 
 
@@ -500,12 +512,34 @@ def guess_dialect(body: bytes) -> str:
         >>> guess_dialect(b'event: message_start\\ndata: {"type": "message_start"}\\n\\n')
         'anthropic'
     """
-    head = body[:4096]
-    if b"message_start" in head or b"content_block_" in head:
-        return "anthropic"
-    if b'"response.' in head or b"event: response." in head:
-        return "openai-responses"
+    from rafrx.sse import SSEDecoder
+
+    try:  # the first events tell, by their names or their JSON "type" (not by any text in them)
+        events = SSEDecoder().feed(body[:16384])
+    except errors.LimitExceeded:
+        events = []
+    for event in events:
+        kind: Any = None if event.event == "message" else event.event
+        if kind is None:
+            try:
+                data = json.loads(event.data)
+            except ValueError:
+                continue
+            if not isinstance(data, dict):
+                continue
+            if "choices" in data or data.get("object") == "chat.completion.chunk":
+                return "openai-chat"
+            kind = data.get("type")
+        if isinstance(kind, str) and kind.startswith("response."):
+            return "openai-responses"
+        if kind in _ANTHROPIC_EVENTS:
+            return "anthropic"
     return "openai-chat"
+
+
+_ANTHROPIC_EVENTS: Final = frozenset(
+    {"message_start", "content_block_start", "content_block_delta", "ping", "message_delta"}
+)
 
 
 def _write_sse(
@@ -588,6 +622,9 @@ async def record_http(
         for k, v in request_headers.items()
         if k.lower() in SECRET_HEADERS and len(v.split(" ", 1)[-1]) >= 4
     )
+    password = URL(url).password
+    if password:  # http://user:password@host: never written
+        secrets = (*secrets, password)
     meta: dict[str, Any] = {
         "dialect": dialect,
         "request": {
@@ -597,18 +634,26 @@ async def record_http(
         },
     }
     client_timeout = aiohttp.ClientTimeout(total=timeout)
-    async with (
-        aiohttp.ClientSession(timeout=client_timeout) as session,
-        session.request(method, url, json=json_body, headers=request_headers) as response,
-    ):
-        meta["response"] = {
-            "status": response.status,
-            "headers": redact_headers(dict(response.headers), secrets),
-        }
-        target = Path(path)
-        body = record_sse(response.content.iter_any(), target, meta=meta, secrets=secrets)
-        async for _ in body:
-            pass
+    target = Path(path)
+    shown = redact(url, secrets)
+    try:
+        async with (
+            aiohttp.ClientSession(timeout=client_timeout) as session,
+            session.request(method, url, json=json_body, headers=request_headers) as response,
+        ):
+            meta["response"] = {
+                "status": response.status,
+                "headers": redact_headers(dict(response.headers), secrets),
+            }
+            body = record_sse(response.content.iter_any(), target, meta=meta, secrets=secrets)
+            async for _ in body:
+                pass
+    except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError) as exc:
+        message = f"the body from {shown} broke off ({type(exc).__name__}); what came is saved"
+        raise errors.StreamInterrupted(redact(message, secrets)) from None
+    except (aiohttp.ClientError, TimeoutError) as exc:
+        message = f"recording {shown} failed: {type(exc).__name__}: {exc}"
+        raise errors.TransportError(redact(message, secrets)) from None
     return load_sse(target)
 
 
@@ -625,9 +670,14 @@ def load_sse(path: str | os.PathLike[str]) -> SSERecording:
     meta = json.loads(timing.read_text(encoding="utf-8"))
     chunks: list[tuple[float, bytes]] = []
     offset = 0
-    for t, size in meta.pop("chunks", []):
-        chunks.append((float(t), body[offset : offset + int(size)]))
-        offset += int(size)
+    try:
+        if not isinstance(meta, dict):
+            raise TypeError(f"expected an object, got {type(meta).__name__}")
+        for t, size in meta.pop("chunks", []):
+            chunks.append((float(t), body[offset : offset + int(size)]))
+            offset += int(size)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{timing}: not a timing file ({exc})") from None
     if offset < len(body):
         chunks.append((chunks[-1][0] if chunks else 0.0, body[offset:]))
     return SSERecording(chunks, meta)
@@ -653,10 +703,9 @@ def sample(name: str) -> Path:
     Raises:
         FileNotFoundError: no sample has that name.
     """
-    path = _DATA / name
-    if not path.is_file():
+    if name not in samples():  # a name of the list, never a path elsewhere
         raise FileNotFoundError(f"no sample named {name!r}; there are {samples()}")
-    return path
+    return _DATA / name
 
 
 _DATA: Final = Path(__file__).resolve().parent / "data"
@@ -685,12 +734,13 @@ def replay(
             event loop needed); ``True`` keeps the recorded timing, on the
             scheduler given to ``subscribe`` or else the running asyncio loop.
         speed: with ``pacing``, how many times faster than recorded.
-        dialect: for ``.sse`` files, decode to updates with this dialect.
+        dialect: for ``.sse`` files, decode to updates with this dialect; a
+            dialect other than ``"auto"`` reads any file as an SSE body.
     """
     if speed <= 0:
         raise ValueError("speed must be > 0")
     file = Path(path)
-    if file.suffix == ".sse":
+    if file.suffix.lower() == ".sse" or dialect not in (None, "auto"):  # a named dialect: SSE
         raw = load_sse(file)
         timed: list[tuple[float, Any]] = list(raw.chunks)
         if dialect is None:

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from typing import Any, Final, TextIO
 
@@ -62,6 +63,19 @@ _FANCY: Final = _Style("🔧", "  ", "✓", "✗", "?", "──", "💭")
 _RESET, _DIM, _BOLD = "\x1b[0m", "\x1b[2m", "\x1b[1m"
 _RED, _GREEN, _YELLOW, _CYAN = "\x1b[31m", "\x1b[32m", "\x1b[33m", "\x1b[36m"
 _CLEAR_LINE = "\r\x1b[K"
+# Control characters other than tab and newline (C0, DEL, C1): from a stream, an escape
+# sequence or a carriage return would drive the terminal (clear it, retitle it, hide text).
+_CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def inert(text: str) -> str:
+    """``text`` with its control characters (but tab and newline) shown as U+FFFD.
+
+    Example:
+        >>> inert("ok\\x1b[2J\\rdone\\n") == "ok\\ufffd[2J\\ufffddone\\n"
+        True
+    """
+    return text if text.isprintable() else _CONTROLS.sub("\ufffd", text)
 
 
 def supports_color(stream: TextIO) -> bool:
@@ -113,6 +127,7 @@ class TerminalRenderer:
     # ------------------------------------------------------------ output helpers
 
     def _paint(self, text: str, *codes: str) -> str:
+        text = inert(text)
         return f"{''.join(codes)}{text}{_RESET}" if self.color and codes else text
 
     def _line(self, text: str, *codes: str) -> None:
@@ -134,7 +149,7 @@ class TerminalRenderer:
             if mode == "reasoning":
                 self.stream.write((_DIM if self.color else "") + self.style.reasoning + " ")
             self._mode = mode
-        self.stream.write(text)
+        self.stream.write(inert(text))
         self.stream.flush()
 
     # ------------------------------------------------------------ public

@@ -63,6 +63,7 @@ __all__ = [
     "RetryPolicy",
     "SessionPool",
     "Timeouts",
+    "masked_url",
     "parse_retry_after",
     "redact",
     "redact_error",
@@ -216,6 +217,20 @@ def redact_error(error: RafrxError, secrets: Sequence[str]) -> RafrxError:
     return error
 
 
+def masked_url(url: URL) -> str:
+    """``url`` with its password and query values (which may hold a key) as ``***``.
+
+    Example:
+        >>> masked_url(URL("https://me:pw@example.com/v1?key=AIza123"))
+        'https://me:***@example.com/v1?key=***'
+    """
+    if url.password:
+        url = url.with_password("***")
+    if url.query_string:
+        url = url.with_query([(name, "***") for name in url.query])
+    return str(url)
+
+
 @final
 @attrs.frozen
 class HTTPRequest:
@@ -224,7 +239,7 @@ class HTTPRequest:
     ``headers`` and ``secrets`` stay out of the repr.
     """
 
-    url: URL
+    url: URL = attrs.field(repr=lambda url: repr(masked_url(url)))
     payload: Mapping[str, Any]
     dialect: str
     headers: Mapping[str, str] = attrs.field(repr=False)
@@ -234,8 +249,9 @@ class HTTPRequest:
 
     @property
     def safe_url(self) -> str:
-        """The URL without its query (which may hold a key)."""
-        return str(self.url.with_query(None))
+        """The URL without its query (which may hold a key) and with its password as ``***``."""
+        url = self.url.with_query(None)
+        return str(url.with_password("***") if url.password else url)
 
 
 # ---------------------------------------------------------------- sessions

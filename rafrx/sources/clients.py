@@ -44,6 +44,7 @@ from rafrx.sources._http import (
     RetryPolicy,
     SessionPool,
     Timeouts,
+    masked_url,
     stream_updates,
 )
 from rafrx.sse import DEFAULT_MAX_EVENT_BYTES, DEFAULT_MAX_LINE_BYTES
@@ -271,10 +272,10 @@ class LLMClient(abc.ABC):
             **self._protocol_headers(),
             **self._extra_headers,
         }
-        secrets: tuple[str, ...] = ()
+        secrets: tuple[str, ...] = (self.url.password,) if self.url.password else ()
         if self._api_key is not None:
             headers.update(self._auth_headers(self._api_key.value))
-            secrets = (self._api_key.value,)
+            secrets = (*secrets, self._api_key.value)
         request = HTTPRequest(
             self.url,
             payload,
@@ -303,16 +304,16 @@ class LLMClient(abc.ABC):
 
 
 def _shown_url(base_url: str) -> str:
-    """``base_url`` with its query values (which may hold a key) replaced by ``***``.
+    """``base_url`` as given, or :func:`masked_url` of it when it holds a password or a query.
 
     Example:
         >>> _shown_url("https://example.com/v1?key=AIza123&alt=sse")
         'https://example.com/v1?key=***&alt=***'
+        >>> _shown_url("https://me:hunter2@example.com/v1")
+        'https://me:***@example.com/v1'
     """
     url = URL(base_url)
-    if not url.query_string:
-        return base_url
-    return str(url.with_query([(name, "***") for name in url.query]))
+    return masked_url(url) if url.query_string or url.password else base_url
 
 
 def _endpoint(base_url: str, endpoint: str) -> URL:
