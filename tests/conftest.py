@@ -1,9 +1,11 @@
-"""Shared fixtures: a live local LLM server and a check that no asyncio task leaked."""
+"""Shared fixtures: a live local LLM server, a check that no asyncio task leaked, and what
+reaches the loop's exception handler."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest_asyncio
 
@@ -32,3 +34,15 @@ async def llm_server(no_task_leak: None) -> AsyncIterator[LLMServer]:
     (then no task may be left running)."""
     async with LLMServer() as server:
         yield server
+
+
+@pytest_asyncio.fixture
+async def loop_errors() -> AsyncIterator[list[dict[str, Any]]]:
+    """What reaches the running loop's exception handler during the test."""
+    loop = asyncio.get_running_loop()
+    seen: list[dict[str, Any]] = []
+    loop.set_exception_handler(lambda _loop, context: seen.append(context))
+    try:
+        yield seen
+    finally:
+        loop.set_exception_handler(None)

@@ -45,6 +45,7 @@ from rafrx.notebook import (
 from rafrx.notebook._format import PREVIEW_CHARS, clip_html, json_html
 from rafrx.operators import convert
 from rafrx.response import AgentResponse, AgentResponseResult, FinishReason, Usage
+from tests.test_notebook import FakeDisplay as OneHandleDisplay
 
 # ----------------------------------------------------------------- helpers
 
@@ -121,28 +122,8 @@ def assert_inert(render: Callable[[str], str], strings: list[str] = NASTY) -> No
         assert "<script" not in html
 
 
-class FakeHandle:
-    def __init__(self) -> None:
-        self.updates: list[LiveSnapshot] = []
-
-    def update(self, obj: Any, **kwargs: Any) -> None:
-        assert isinstance(obj, LiveSnapshot)
-        self.updates.append(obj)
-
-
-class FakeDisplay:
-    """Stands in for IPython.display.display: one handle per call."""
-
-    def __init__(self) -> None:
-        self.shown: list[Any] = []
-        self.handles: list[FakeHandle] = []
-
-    def __call__(self, obj: Any, *, display_id: bool = False) -> FakeHandle:
-        assert display_id is True
-        self.shown.append(obj)
-        handle = FakeHandle()
-        self.handles.append(handle)
-        return handle
+class FakeDisplay(OneHandleDisplay):
+    """test_notebook's fake ``display``, with the updates of its one handle."""
 
     @property
     def updates(self) -> list[LiveSnapshot]:

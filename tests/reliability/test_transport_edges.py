@@ -14,11 +14,10 @@ import contextlib
 import re
 import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 import pytest
-import pytest_asyncio
 from reactivex.abc import DisposableBase
 
 from rafrx import ChatMessage
@@ -95,18 +94,6 @@ class RawServer:
         await asyncio.gather(*pending, return_exceptions=True)
         if read in done and read.result() == b"":
             self.closed_by_client += 1
-
-
-@pytest_asyncio.fixture
-async def loop_errors() -> AsyncIterator[list[dict[str, Any]]]:
-    """What reaches the running loop's exception handler during the test."""
-    loop = asyncio.get_running_loop()
-    seen: list[dict[str, Any]] = []
-    loop.set_exception_handler(lambda _loop, context: seen.append(context))
-    try:
-        yield seen
-    finally:
-        loop.set_exception_handler(None)
 
 
 def no_key(*texts: object) -> None:

@@ -20,21 +20,7 @@ from rafrx.messages import ToolCall
 from rafrx.response import AgentResponse, FinishReason
 from rafrx.sources import from_sse, get_dialect
 from rafrx.sse import ServerSentEvent
-
-
-def ev(data: Any, event: str = "message") -> ServerSentEvent:
-    """An event whose data is ``data`` (JSON-encoded unless it is a str)."""
-    return ServerSentEvent(event=event, data=data if isinstance(data, str) else json.dumps(data))
-
-
-def sse(*events: Any) -> bytes:
-    """A body: each item is data (dict/str) or an (event name, data) pair."""
-    out = []
-    for item in events:
-        name, data = item if isinstance(item, tuple) else (None, item)
-        text = data if isinstance(data, str) else json.dumps(data)
-        out.append((f"event: {name}\n" if name else "") + f"data: {text}\n\n")
-    return "".join(out).encode()
+from tests.sources.test_dialects import ev, sse
 
 
 def run_all(dialect: str, *events: ServerSentEvent) -> list[u.AgentResponseUpdate]:

@@ -14,7 +14,6 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-import pytest_asyncio
 from reactivex.abc import DisposableBase
 
 from rafrx import updates as u
@@ -41,18 +40,6 @@ async def body(pieces: list[bytes], log: list[str]) -> AsyncIterator[bytes]:
             yield piece
     finally:
         log.append("finally")
-
-
-@pytest_asyncio.fixture
-async def loop_errors() -> AsyncIterator[list[dict[str, Any]]]:
-    """What reaches the running loop's exception handler during the test."""
-    loop = asyncio.get_running_loop()
-    seen: list[dict[str, Any]] = []
-    loop.set_exception_handler(lambda _loop, context: seen.append(context))
-    try:
-        yield seen
-    finally:
-        loop.set_exception_handler(None)
 
 
 def reader_tasks() -> list[asyncio.Task[Any]]:

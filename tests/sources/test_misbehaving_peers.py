@@ -17,7 +17,6 @@ from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
-import pytest_asyncio
 from aiohttp import web
 from reactivex.abc import DisposableBase
 
@@ -30,18 +29,6 @@ from rafrx.testing import Fault, LLMServer, Reply
 
 KEY = "sk-bug-SECRET-51d0"
 USER = [ChatMessage.user("Hello?")]
-
-
-@pytest_asyncio.fixture
-async def loop_errors() -> AsyncIterator[list[dict[str, Any]]]:
-    """What reaches the running loop's exception handler during the test."""
-    loop = asyncio.get_running_loop()
-    seen: list[dict[str, Any]] = []
-    loop.set_exception_handler(lambda _loop, context: seen.append(context))
-    try:
-        yield seen
-    finally:
-        loop.set_exception_handler(None)
 
 
 async def call_error(base_url: str) -> BaseException:
