@@ -344,13 +344,10 @@ async def _chat(args: argparse.Namespace) -> int:
             turns += 1
             try:
                 response = await _render_turn(renderer, client.stream(messages).pipe(convert()))
-            except (StreamInterrupted, IdleTimeout) as exc:  # it answered, then broke off
-                renderer.error(exc)
-                failed += 1
-                continue
-            except TransportError as exc:
-                raise _Fail(f"endpoint unreachable: {exc}") from None
             except RafrxError as exc:
+                unreachable = not isinstance(exc, StreamInterrupted | IdleTimeout)  # vs broke off
+                if isinstance(exc, TransportError) and unreachable:
+                    raise _Fail(f"endpoint unreachable: {exc}") from None
                 renderer.error(exc)
                 failed += 1
                 continue
