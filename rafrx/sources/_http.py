@@ -250,8 +250,7 @@ class HTTPRequest:
     @property
     def safe_url(self) -> str:
         """The URL without its query (which may hold a key) and with its password as ``***``."""
-        url = self.url.with_query(None)
-        return str(url.with_password("***") if url.password else url)
+        return masked_url(self.url.with_query(None))
 
 
 # ---------------------------------------------------------------- sessions
