@@ -13,7 +13,7 @@ import itertools
 import json
 import math
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -214,10 +214,21 @@ def test_too_deep_for_json_loads_is_invalid_not_a_crash() -> None:
     assert parser.error == "Value nested too deeply at offset 6"
 
 
-def test_an_integer_longer_than_python_converts_is_invalid_like_json_loads() -> None:
-    limit = sys.get_int_max_str_digits()
-    if limit == 0:
-        pytest.skip("the interpreter converts integers of any length")
+@pytest.fixture
+def int_digits_limit() -> Iterator[int]:
+    """Python's limit on digits of an int converted from text, on (4300) for the test."""
+    before = sys.get_int_max_str_digits()
+    sys.set_int_max_str_digits(before or 4300)  # 0 (PYTHONINTMAXSTRDIGITS=0): no limit
+    try:
+        yield sys.get_int_max_str_digits()
+    finally:
+        sys.set_int_max_str_digits(before)
+
+
+def test_an_integer_longer_than_python_converts_is_invalid_like_json_loads(
+    int_digits_limit: int,
+) -> None:
+    limit = int_digits_limit
     longest, too_long = "7" * limit, "7" * (limit + 1)
     parser, per_feed, verdict = run(['{"n": ' + longest[:10], longest[10:] + ', "s": "x"}'])
     assert parser.error is None

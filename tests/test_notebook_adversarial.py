@@ -729,7 +729,8 @@ def _odd_values() -> list[Any]:
 
 
 def test_reprs_of_public_values_survive_odd_values() -> None:
-    pretty = pytest.importorskip("IPython.lib.pretty").pretty
+    from IPython.lib.pretty import pretty  # ipykernel, in the test extra, brings IPython
+
     for value in _odd_values():
         items: list[Any] = [
             c.ToolCallArgsParsedContent("c", "k", value),

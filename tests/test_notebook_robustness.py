@@ -170,7 +170,7 @@ def test_renders_of_a_lone_surrogate_stream_are_utf8_encodable() -> None:
 
 def test_live_view_survives_jupyters_wire_encoder_on_a_lone_surrogate() -> None:
     """ipykernel sends every display update through jupyter_client's JSON packer."""
-    session = pytest.importorskip("jupyter_client.session")
+    from jupyter_client import session  # ipykernel, in the test extra, brings it
 
     def send(snapshot: LiveSnapshot) -> None:  # what ipykernel does with a display update
         data = {"text/plain": repr(snapshot), "text/html": snapshot._repr_html_()}
@@ -216,9 +216,8 @@ async def test_await_returns_even_if_the_final_render_fails() -> None:
 
 
 def test_terminal_ipython_prints_the_final_render_once() -> None:
-    """default_display() picks IPython's display in any IPython, even a terminal one,
-    where every throttled update prints the whole view again."""
-    pytest.importorskip("IPython")
+    """default_display() picks IPython's display only under a kernel: in terminal IPython
+    every throttled update would print the whole view again."""
     code = textwrap.dedent(
         """
         import asyncio
