@@ -24,6 +24,7 @@ import asyncio
 import contextlib
 import json
 import os
+import select
 import signal
 import sys
 import threading
@@ -496,6 +497,16 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], Any]] = {
 }
 
 
+def _stdout_closed() -> bool:
+    """Whether stdout is a pipe whose reader has gone (assumed so where poll() cannot tell)."""
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0))
+    except (AttributeError, OSError, ValueError):  # no poll() (Windows), or no file descriptor
+        return True
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``rafrx`` command line; returns the exit status."""
     with contextlib.suppress(AttributeError, ValueError):
@@ -509,8 +520,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
-    except BrokenPipeError:  # e.g. `rafrx replay --json FILE | head`
-        devnull = os.open(os.devnull, os.O_WRONLY)
+    except BrokenPipeError as exc:
+        if not _stdout_closed():  # another pipe: e.g. the error a recording replays
+            print(f"rafrx {args.command}: error: {type(exc).__name__}: {exc}", file=sys.stderr)
+            return 1
+        devnull = os.open(os.devnull, os.O_WRONLY)  # e.g. `rafrx replay --json FILE | head`
         os.dup2(devnull, sys.stdout.fileno())
         return 1
     except Exception as exc:  # the CLI promises no tracebacks

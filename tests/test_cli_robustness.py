@@ -302,3 +302,16 @@ def test_demo_record_to_an_unwritable_path_is_one_line_status_2(tmp_path: Path) 
     result = run("demo", "--plain", "--speed", "50", "--record", str(target))
     assert result.returncode == 2
     assert "RAFRX_DEBUG" not in result.stderr
+
+
+def test_replay_of_a_recorded_broken_pipe_error_is_reported(tmp_path: Path) -> None:
+    """A recording that ended with ``BrokenPipeError`` (a tool writing to a dead pipe)
+    replays that error, reported like any other; only a closed stdout ends quietly."""
+    error = '{"t":0.2,"kind":"error","fields":{"type":"BrokenPipeError","message":"[Errno 32]"}}'
+    text = '{"t":0.1,"kind":"TextDelta","fields":{"delta":"so far"}}'
+    path = tmp_path / "pipe.jsonl"
+    path.write_text("\n".join([HEADER, text, error]) + "\n", encoding="utf-8")
+    result = run("replay", str(path), "--plain")
+    assert result.returncode == 1
+    assert result.stdout.startswith("so far")
+    assert "BrokenPipeError" in result.stdout + result.stderr
