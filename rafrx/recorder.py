@@ -375,7 +375,8 @@ def record(
 
     Cold like its source: each subscription records again (overwriting the
     file), items pass through unchanged. The file is closed when the stream
-    completes, fails or is disposed.
+    completes, fails or is disposed; a disposed stream has no end line, so
+    its :func:`replay` ends with :class:`~rafrx.errors.IncompleteStream`.
 
     Args:
         observable: any rafrx stream (updates or result chunks).
@@ -723,8 +724,10 @@ def replay(
 ) -> Observable[Any]:
     """Replay a recording as a cold observable.
 
-    A ``.jsonl`` recording gives its items, then its terminal event. A
-    ``.sse`` file gives its byte chunks, or, with ``dialect`` (``"auto"``
+    A ``.jsonl`` recording gives its items, then its terminal event; one
+    with none (the recorded stream was cut short: the process stopped, or its
+    subscriber disposed) ends with :class:`~rafrx.errors.IncompleteStream`
+    after its items. A ``.sse`` file gives its byte chunks, or, with ``dialect`` (``"auto"``
     uses the recorded or guessed one), the updates of
     :func:`rafrx.sources.from_sse`.
 
@@ -748,7 +751,8 @@ def replay(
         return _decode_sse(raw, raw.dialect if dialect == "auto" else dialect, pacing, speed)
     recording = load(file)
     timed = [(e.t, e.item) for e in recording.entries]
-    return _timed(timed, recording.end, recording.error, pacing, speed)
+    cut_short = recording.end is None  # no completed or error line
+    return _timed(timed, recording.end, recording.error, pacing, speed, cut_short)
 
 
 def _decode_sse(raw: SSERecording, dialect: str, pacing: bool, speed: float) -> Observable[Any]:
@@ -768,17 +772,23 @@ def _decode_sse(raw: SSERecording, dialect: str, pacing: bool, speed: float) -> 
     return reactivex.defer(lambda _: from_sse(paced(), dialect=dialect))
 
 
+_CUT_SHORT: Final = "the recording has no end: the recorded stream was cut short"
+
+
 def _timed(
     items: list[tuple[float, Any]],
     end: float | None,
     error: Exception | None,
     pacing: bool,
     speed: float,
+    cut_short: bool = False,
 ) -> Observable[Any]:
     def finish(observer: abc.ObserverBase[Any]) -> None:
         if error is not None:
             observer.on_error(error)
-        else:  # a recording cut short (disposed) replays as complete
+        elif cut_short:
+            observer.on_error(errors.IncompleteStream(_CUT_SHORT))
+        else:
             observer.on_completed()
 
     def subscribe_sync(

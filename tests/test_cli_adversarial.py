@@ -378,8 +378,9 @@ def test_sigint_during_demo_is_status_130_without_a_traceback(tmp_path: Path) ->
     assert code == 130
     assert err == "interrupted\n"
     replayed = run("replay", str(path), "--plain")  # what was recorded is kept and readable
-    assert replayed.returncode == 0
+    assert replayed.returncode == 1  # a recording cut short is not a whole turn
     assert "[thinking] The user wants the weather in Paris" in replayed.stdout
+    assert "IncompleteStream" in replayed.stdout + replayed.stderr
 
 
 def test_sigint_during_a_paced_replay_is_status_130() -> None:

@@ -315,3 +315,26 @@ def test_replay_of_a_recorded_broken_pipe_error_is_reported(tmp_path: Path) -> N
     assert result.returncode == 1
     assert result.stdout.startswith("so far")
     assert "BrokenPipeError" in result.stdout + result.stderr
+
+
+@pytest.mark.parametrize(
+    "lines",
+    [
+        [],  # an empty file
+        [HEADER],  # a header only
+        [HEADER, '{"t": 0.1, "kind": "TextDelta", "fields": {"delta": "cut sho"}}'],  # Ctrl-C
+    ],
+    ids=["empty", "header-only", "cut-short"],
+)
+def test_replay_of_an_unfinished_recording_is_not_a_success(
+    tmp_path: Path, lines: list[str]
+) -> None:
+    """No ``completed`` or ``error`` line: the recorded stream was cut short, and a stream
+    with no terminal marker is an error (DESIGN), after everything it holds."""
+    path = tmp_path / "unfinished.jsonl"
+    path.write_text("".join(x + "\n" for x in lines), encoding="utf-8")
+    result = run("replay", str(path), "--plain")
+    assert result.returncode == 1, result.stdout
+    assert "IncompleteStream" in result.stdout + result.stderr
+    if len(lines) == 2:
+        assert result.stdout.startswith("cut sho")

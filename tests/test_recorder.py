@@ -227,6 +227,7 @@ async def test_paced_replay_on_the_running_loop(tmp_path: Path) -> None:
     path = tmp_path / "loop.jsonl"
     times = [0.0, 0.05, 0.1]
     rows = [{"t": t, "kind": "TextDelta", "fields": {"delta": str(t)}} for t in times]
+    rows.append({"t": 0.1, "kind": "completed"})
     path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     arrivals: list[float] = []
     done = asyncio.get_running_loop().create_future()

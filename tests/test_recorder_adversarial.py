@@ -288,13 +288,18 @@ def test_speed_must_be_positive(tmp_path: Path) -> None:
             replay(path, pacing=True, speed=speed)
 
 
-def test_an_unfinished_recording_replays_everything_it_holds(tmp_path: Path) -> None:
+def test_an_unfinished_recording_replays_everything_it_holds_then_fails(tmp_path: Path) -> None:
+    """No completed or error line (the recording was cut short): everything, then an error."""
     path = write_lines(
         tmp_path / "cut.jsonl",
         HEADER,
         '{"t": 0.1, "kind": "TextDelta", "fields": {"delta": "kept"}}',
     )
-    assert replay(path).pipe(rx.to_list()).run() == [u.TextDelta("kept")]
+    items: list[Any] = []
+    errors: list[Exception] = []
+    replay(path).subscribe(items.append, errors.append)
+    assert items == [u.TextDelta("kept")]
+    assert [type(e) for e in errors] == [IncompleteStream]
 
 
 @pytest.mark.asyncio
