@@ -36,19 +36,13 @@ from rafrx.messages import ChatMessage, MessageRole, MessageSource
 from rafrx.response import AgentResponseResult, FinishReason, Usage
 from rafrx.sources.clients import (
     AnthropicClient,
-    LLMClient,
     OpenAIChatClient,
     OpenAIResponsesClient,
     Timeouts,
 )
 from rafrx.testing import Fault, LLMServer, RecordedRequest, Reply, ToolCallSpec, render
 from rafrx.tools import ToolApprovalResponse, tool
-
-CLIENTS: dict[str, type[LLMClient]] = {
-    "openai-chat": OpenAIChatClient,
-    "anthropic": AnthropicClient,
-    "openai-responses": OpenAIResponsesClient,
-}
+from tests.reliability._support import CLIENTS
 
 GUARD = 5.0  # seconds: a guard against hangs only, never reached by a passing test
 

@@ -10,7 +10,7 @@ against the local LLMServer, like tests/test_agent_adversarial.py.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
@@ -108,6 +108,27 @@ async def test_an_approver_raising_cancelled_error_still_gives_the_call_a_result
 # ---------------------------------------------------------------- an approver that ends
 
 
+async def turn_with_subject(
+    server: LLMServer,
+    subject: Subject[ToolApprovalResponse],
+    on_next: Callable[[AgentResponseResult], None],
+) -> list[AgentResponseResult]:
+    """The results of a turn whose model calls ``remove`` (approved through ``subject``);
+    fails the test if the turn has not ended after HANG seconds."""
+    server.enqueue(
+        Reply(tool_calls=[ToolCallSpec("remove", {"path": "/tmp/a"}, id="c1")]),
+        Reply(text="Not removed."),
+    )
+    async with OpenAIChatClient(server.url, "sk-test") as client:
+        agent = Agent(client, tools=[remove], approver=subject)
+        try:
+            return await asyncio.wait_for(
+                agent.run("rm").pipe(rx.do_action(on_next), rx.to_list()), HANG
+            )
+        except TimeoutError:
+            pytest.fail("the turn hung waiting for an answer that can never come")
+
+
 @pytest.mark.asyncio
 async def test_an_approver_subject_that_completes_does_not_hang_the_turn(
     server: LLMServer,
@@ -120,19 +141,7 @@ async def test_an_approver_subject_that_completes_does_not_hang_the_turn(
         if approval_requests(result):
             subject.on_completed()
 
-    server.enqueue(
-        Reply(tool_calls=[ToolCallSpec("remove", {"path": "/tmp/a"}, id="c1")]),
-        Reply(text="Not removed."),
-    )
-    async with OpenAIChatClient(server.url, "sk-test") as client:
-        agent = Agent(client, tools=[remove], approver=subject)
-        try:
-            results: list[AgentResponseResult] | None = await asyncio.wait_for(
-                agent.run("rm").pipe(rx.do_action(on_next), rx.to_list()), HANG
-            )
-        except TimeoutError:
-            results = None
-    assert results is not None, "the turn hung waiting for an answer that can never come"
+    results = await turn_with_subject(server, subject, on_next)
     assert [(c.call_id, c.result) for c in called(results)] == [("c1", None)]
 
 
@@ -150,19 +159,8 @@ async def test_an_approver_subject_that_errors_does_not_hang_the_turn(server: LL
             except ValueError as exc:
                 raised.append(exc)
 
-    server.enqueue(
-        Reply(tool_calls=[ToolCallSpec("remove", {"path": "/tmp/a"}, id="c1")]),
-        Reply(text="Not removed."),
-    )
-    async with OpenAIChatClient(server.url, "sk-test") as client:
-        agent = Agent(client, tools=[remove], approver=subject)
-        try:
-            results: list[AgentResponseResult] | None = await asyncio.wait_for(
-                agent.run("rm").pipe(rx.do_action(on_next), rx.to_list()), HANG
-            )
-        except TimeoutError:
-            results = None
-    assert results is not None, "the turn hung waiting for an answer that can never come"
+    results = await turn_with_subject(server, subject, on_next)
+    assert [(c.call_id, c.result) for c in called(results)] == [("c1", None)]
     assert raised == []  # the approver's error was thrown back into the UI code
 
 

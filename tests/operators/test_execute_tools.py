@@ -541,6 +541,21 @@ async def test_waiting_for_approval_does_not_hold_a_concurrency_slot() -> None:
 # ---------------------------------------------------------------- cancellation and errors
 
 
+def forever_tool(cancelled: asyncio.Event) -> Tool:
+    """A tool named ``forever`` that never returns and sets ``cancelled`` when cancelled."""
+
+    @tool
+    async def forever() -> str:
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+        return "never"  # pragma: no cover
+
+    return forever
+
+
 @pytest.mark.asyncio
 async def test_disposal_cancels_a_running_tool() -> None:
     started = asyncio.Event()
@@ -595,14 +610,7 @@ async def test_disposal_while_waiting_for_approval() -> None:
 async def test_an_upstream_error_cancels_running_tools_and_is_forwarded() -> None:
     cancelled = asyncio.Event()
 
-    @tool
-    async def forever() -> str:
-        try:
-            await asyncio.sleep(60)
-        except asyncio.CancelledError:
-            cancelled.set()
-            raise
-        return "never"  # pragma: no cover
+    forever = forever_tool(cancelled)
 
     upstream: Subject[AgentResponseResult] = Subject()
     rec = Recorder(upstream.pipe(ops.execute_tools([forever])))
@@ -832,14 +840,7 @@ async def test_a_failure_outside_the_tool_fails_the_stream_and_cancels_the_other
     tool failure, so the stream ends with it instead of hanging."""
     cancelled = asyncio.Event()
 
-    @tool
-    async def forever() -> str:
-        try:
-            await asyncio.sleep(60)
-        except asyncio.CancelledError:
-            cancelled.set()
-            raise
-        return "never"  # pragma: no cover
+    forever = forever_tool(cancelled)
 
     def broken_filter(record: logging.LogRecord) -> bool:
         raise LookupError("logging misconfigured")
