@@ -14,7 +14,10 @@ Two formats:
 
 Secrets never reach a file: ``Authorization``/``x-api-key`` style headers,
 ``key=`` URL parameters, bearer tokens, ``sk-...`` keys and the values of
-``*_API_KEY``/``*_TOKEN`` environment variables are redacted.
+``*_API_KEY``/``*_TOKEN`` environment variables are redacted. In JSON lines
+this holds for a secret that a model streams split over several deltas too:
+the deltas are redacted as one text. A raw ``.sse`` file keeps the exact
+bytes, masking only secrets that appear whole in them.
 
 Example:
     >>> import reactivex, tempfile, pathlib
@@ -35,7 +38,7 @@ import builtins
 import datetime
 import json
 import os
-import re
+import threading
 import time
 import typing
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Mapping
@@ -50,6 +53,16 @@ from reactivex.scheduler.eventloop import AsyncIOScheduler
 from yarl import URL
 
 from rafrx import content, errors, events, updates
+from rafrx._redaction import (
+    SECRET_HEADERS,
+    DeltaRedactor,
+    Settled,
+    env_secrets,
+    mask_bytes,
+    redact,
+    redact_headers,
+    redact_with,
+)
 from rafrx.response import AgentResponseResult, FinishReason, Usage
 
 __all__ = [
@@ -77,107 +90,6 @@ __all__ = [
 
 #: Version written in the header line of JSON-lines and ``.timing.json`` files.
 FORMAT_VERSION: Final = 1
-
-_REDACTED: Final = "[REDACTED]"
-
-# ----------------------------------------------------------------- redaction
-
-#: Headers whose values are secrets (lower case); the test server redacts the same set.
-SECRET_HEADERS: Final = frozenset(
-    {
-        "authorization",
-        "proxy-authorization",
-        "x-api-key",
-        "api-key",
-        "x-goog-api-key",
-        "cookie",
-        "set-cookie",
-        "openai-organization",
-        "openai-project",
-    }
-)
-_SECRET_ENV: Final = re.compile(r"(API_KEY|_TOKEN|_SECRET|PASSWORD|APIKEY)$", re.IGNORECASE)
-_PATTERNS: Final = (
-    re.compile(r"\b(?P<s>sk-[A-Za-z0-9_\-]{16,})"),
-    re.compile(r"\b(?P<s>AIza[0-9A-Za-z_\-]{30,})"),
-    re.compile(r"(?i)\bbearer\s+(?P<s>[A-Za-z0-9._~+/=\-]{8,})"),
-    re.compile(r"(?i)[?&](?:api_key|apikey|key|token|access_token)=(?P<s>[^&#\s\"']+)"),
-)
-
-
-def _spans(text: str, secrets: Iterable[str]) -> list[tuple[int, int]]:
-    spans: list[tuple[int, int]] = []
-    for secret in secrets:
-        start = text.find(secret) if secret else -1
-        while start >= 0:
-            spans.append((start, start + len(secret)))
-            start = text.find(secret, start + 1)
-    for pattern in _PATTERNS:
-        spans.extend(m.span("s") for m in pattern.finditer(text))
-    return spans
-
-
-def _env_secrets() -> list[str]:
-    return [v for k, v in os.environ.items() if _SECRET_ENV.search(k) and len(v) >= 8]
-
-
-def redact(text: str, secrets: Iterable[str] = ()) -> str:
-    """``text`` with API keys, bearer tokens and the given ``secrets`` replaced.
-
-    The values of environment variables named like ``*_API_KEY`` or
-    ``*_TOKEN`` are always treated as secrets.
-
-    Example:
-        >>> redact("Authorization: Bearer abc.def.ghijkl and sk-proj-0123456789abcdefXYZ")
-        'Authorization: Bearer [REDACTED] and [REDACTED]'
-        >>> redact("the code is hunter2-hunter2", secrets=["hunter2-hunter2"])
-        'the code is [REDACTED]'
-    """
-    return _redact(text, (*secrets, *_env_secrets()))
-
-
-def _redact(text: str, secrets: tuple[str, ...]) -> str:
-    spans = _spans(text, secrets)
-    if not spans:
-        return text
-    out: list[str] = []
-    position = 0
-    for start, end in sorted(spans):
-        if end <= position:
-            continue
-        out.append(text[position : max(start, position)])
-        out.append(_REDACTED)
-        position = end
-    out.append(text[position:])
-    return "".join(out)
-
-
-def _mask_bytes(data: bytes, secrets: Iterable[str]) -> bytes:
-    """Redact ``data`` keeping its length (``*`` per byte), so chunk offsets stay valid."""
-    text = data.decode("latin-1")  # one char per byte: lengths are preserved
-    needles = [secret.encode().decode("latin-1") for secret in (*secrets, *_env_secrets())]
-    spans = _spans(text, needles)
-    if not spans:
-        return data
-    masked = bytearray(data)
-    for start, end in spans:
-        masked[start:end] = b"*" * (end - start)
-    return bytes(masked)
-
-
-def redact_headers(headers: Mapping[str, str], secrets: Iterable[str] = ()) -> dict[str, str]:
-    """A copy of ``headers`` with credentials replaced by ``[REDACTED]``.
-
-    Example:
-        >>> redact_headers({"Authorization": "Bearer x", "Accept": "text/event-stream"})
-        {'Authorization': '[REDACTED]', 'Accept': 'text/event-stream'}
-    """
-    secrets = tuple(secrets)
-    return {
-        k: _REDACTED if k.lower() in SECRET_HEADERS else redact(str(v), secrets)
-        for k, v in headers.items()
-    }
-
 
 # ----------------------------------------------------------------- item codec
 
@@ -208,7 +120,7 @@ def _encode(value: Any, secrets: tuple[str, ...]) -> Any:
     if value is None or isinstance(value, bool | int | float):
         return value
     if isinstance(value, str):
-        return _redact(value, secrets)
+        return str(value) if type(value) is Settled else redact_with(value, secrets)
     if attrs.has(type(value)) and _NESTED.get(type(value).__name__) is type(value):
         return {"$type": type(value).__name__, **_fields(value, secrets)}
     if isinstance(value, list | tuple):
@@ -216,7 +128,7 @@ def _encode(value: Any, secrets: tuple[str, ...]) -> Any:
     if isinstance(value, Mapping):
         encoded = {str(k): _encode(v, secrets) for k, v in value.items()}
         return {"$dict": encoded} if encoded.keys() & _TAGS else encoded
-    return {"$repr": _redact(repr(value), secrets)}
+    return {"$repr": redact_with(repr(value), secrets)}
 
 
 def _fields(value: Any, secrets: tuple[str, ...]) -> dict[str, Any]:
@@ -265,7 +177,7 @@ def encode_item(item: Any, secrets: Iterable[str] = ()) -> tuple[str, dict[str, 
         >>> encode_item(updates.ToolCallStart("call_1", "get_weather"))
         ('ToolCallStart', {'id': 'call_1', 'name': 'get_weather'})
     """
-    return _encode_item(item, (*secrets, *_env_secrets()))
+    return _encode_item(item, (*secrets, *env_secrets()))
 
 
 def _encode_item(item: Any, secrets: tuple[str, ...]) -> tuple[str, dict[str, Any]]:
@@ -274,7 +186,7 @@ def _encode_item(item: Any, secrets: tuple[str, ...]) -> tuple[str, dict[str, An
         return cls.__name__, _fields(item, secrets)
     if item is None or isinstance(item, bool | int | float | str | list | dict):
         return "value", {"value": _encode(item, secrets)}
-    return "repr", {"repr": _redact(repr(item), secrets)}
+    return "repr", {"repr": redact_with(repr(item), secrets)}
 
 
 def encode_value(value: Any, secrets: Iterable[str] = ()) -> Any:
@@ -286,7 +198,7 @@ def encode_value(value: Any, secrets: Iterable[str] = ()) -> Any:
         >>> encode_value(content.TextContent("Hi"))
         {'$type': 'TextContent', 'text': 'Hi'}
     """
-    return _encode(value, (*secrets, *_env_secrets()))
+    return _encode(value, (*secrets, *env_secrets()))
 
 
 def decode_item(kind: str, fields: Mapping[str, Any]) -> Any:
@@ -306,12 +218,12 @@ def decode_item(kind: str, fields: Mapping[str, Any]) -> Any:
 
 
 def _encode_error(error: BaseException, secrets: tuple[str, ...]) -> dict[str, Any]:
-    message = _redact(errors.error_text(error), secrets)
+    message = redact_with(errors.error_text(error), secrets)
     state: dict[str, Any] = {"type": type(error).__name__, "message": message}
     for key, value in vars(error).items() if hasattr(error, "__dict__") else ():
         if key in {"partial", "message"} or not isinstance(value, str | int | float | bool):
             continue
-        state[key] = _redact(value, secrets) if isinstance(value, str) else value
+        state[key] = redact_with(value, secrets) if isinstance(value, str) else value
     return state
 
 
@@ -374,7 +286,10 @@ def record(
     """``observable``, writing each item it emits to ``path`` (JSON lines).
 
     Cold like its source: each subscription records again (overwriting the
-    file), items pass through unchanged. The file is closed when the stream
+    file), items pass through unchanged. A delta whose text ends with what
+    could be the start of a secret is written once the next deltas of its
+    channel (the answer, the reasoning, one call's arguments) tell, so a
+    secret split between deltas is redacted as a whole. The file is closed when the stream
     completes, fails or is disposed; a disposed stream has no end line, so
     its :func:`replay` ends with :class:`~rafrx.errors.IncompleteStream`.
 
@@ -389,7 +304,9 @@ def record(
     def subscribe(
         observer: abc.ObserverBase[Any], scheduler: abc.SchedulerBase | None = None
     ) -> abc.DisposableBase:
-        hidden = (*extra, *_env_secrets())
+        hidden = (*extra, *env_secrets())
+        redactor = DeltaRedactor(hidden)
+        lock = threading.Lock()
         start = time.monotonic()
         file = target.open("w", encoding="utf-8")
         header = {"version": FORMAT_VERSION, "created": _now()}
@@ -398,23 +315,34 @@ def record(
         def elapsed() -> float:
             return round(time.monotonic() - start, 6)
 
-        def on_next(item: Any) -> None:
-            if not file.closed:
+        def write(ready: list[tuple[Any, Any]]) -> None:
+            for t, item in ready:
                 kind, fields = _encode_item(item, hidden)
-                _write(file, {"t": elapsed(), "kind": kind, "fields": fields})
+                _write(file, {"t": t, "kind": kind, "fields": fields})
+
+        def close(end: Mapping[str, Any] | None = None) -> None:
+            with lock:
+                if file.closed:
+                    return
+                try:
+                    write(redactor.flush())
+                    if end is not None:
+                        _write(file, end)
+                finally:
+                    file.close()
+
+        def on_next(item: Any) -> None:
+            with lock:
+                if not file.closed:
+                    write(redactor.push(elapsed(), item))
             observer.on_next(item)
 
         def on_error(error: Exception) -> None:
-            if not file.closed:
-                fields = _encode_error(error, hidden)
-                _write(file, {"t": elapsed(), "kind": "error", "fields": fields})
-                file.close()
+            close({"t": elapsed(), "kind": "error", "fields": _encode_error(error, hidden)})
             observer.on_error(error)
 
         def on_completed() -> None:
-            if not file.closed:
-                _write(file, {"t": elapsed(), "kind": "completed"})
-                file.close()
+            close({"t": elapsed(), "kind": "completed"})
             observer.on_completed()
 
         try:
@@ -422,7 +350,7 @@ def record(
         except BaseException:
             file.close()
             raise
-        return CompositeDisposable(upstream, Disposable(file.close))
+        return CompositeDisposable(upstream, Disposable(close))
 
     return Observable(subscribe)
 
@@ -546,7 +474,7 @@ _ANTHROPIC_EVENTS: Final = frozenset(
 def _write_sse(
     path: Path, chunks: list[tuple[float, bytes]], meta: Mapping[str, Any], secrets: tuple[str, ...]
 ) -> None:
-    body = _mask_bytes(b"".join(c for _, c in chunks), secrets)
+    body = mask_bytes(b"".join(c for _, c in chunks), secrets)
     path.write_bytes(body)
     head = json.dumps({"version": FORMAT_VERSION, "created": _now(), **meta}, indent=1)
     rows = ",\n".join(f"  [{round(t, 6)}, {len(c)}]" for t, c in chunks)
@@ -564,7 +492,10 @@ async def record_sse(
     """Pass ``chunks`` through, saving them to ``path`` (+ ``.timing.json``) at the end.
 
     The files are written when the iteration ends, however it ends (an
-    error's text goes into the timing file as ``"error"``).
+    error's text goes into the timing file as ``"error"``). Secrets found
+    whole in the bytes are masked with ``*`` (keeping chunk sizes); one that
+    the model streams split over events is not seen in the raw bytes: use
+    :func:`record` on the decoded stream to share such a turn.
 
     Example:
         >>> async def main(path):

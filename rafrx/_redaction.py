@@ -1,0 +1,337 @@
+"""Secrets out of text: in one string (:func:`redact`), and across a stream's deltas.
+
+A model can stream a secret split over several deltas (``"sk-proj-01"``,
+``"23456789…"``); each piece alone looks harmless. :class:`DeltaRedactor`
+holds a stream's items back while the text of a delta channel ends with
+something that could still grow into a secret, then redacts the joined text
+and hands each item back with its own piece of the result.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections import deque
+from collections.abc import Iterable, Mapping
+from typing import Any, Final
+
+import attrs
+
+from rafrx import content, updates
+from rafrx.response import AgentResponseResult
+
+#: What a secret becomes in recorded text.
+REDACTED: Final = "[REDACTED]"
+
+#: Headers whose values are secrets (lower case); the test server redacts the same set.
+SECRET_HEADERS: Final = frozenset(
+    {
+        "authorization",
+        "proxy-authorization",
+        "x-api-key",
+        "api-key",
+        "x-goog-api-key",
+        "cookie",
+        "set-cookie",
+        "openai-organization",
+        "openai-project",
+    }
+)
+_SECRET_ENV: Final = re.compile(r"(API_KEY|_TOKEN|_SECRET|PASSWORD|APIKEY)$", re.IGNORECASE)
+_PATTERNS: Final = (
+    re.compile(r"\b(?P<s>sk-[A-Za-z0-9_\-]{16,})"),
+    re.compile(r"\b(?P<s>AIza[0-9A-Za-z_\-]{30,})"),
+    re.compile(r"(?i)\bbearer\s+(?P<s>[A-Za-z0-9._~+/=\-]{8,})"),
+    re.compile(r"(?i)[?&](?:api_key|apikey|key|token|access_token)=(?P<s>[^&#\s\"']+)"),
+)
+
+
+def _found(text: str, secrets: Iterable[str], begin: int = 0) -> list[tuple[int, int, int]]:
+    """``(match start, secret start, secret end)`` of each secret found in ``text``.
+
+    Only matches from ``begin`` on count; the characters before are context
+    (for the patterns' ``\\b``). A pattern's match can start before its
+    secret: ``Bearer`` is part of the match, not of the secret.
+    """
+    found: list[tuple[int, int, int]] = []
+    for secret in secrets:
+        start = text.find(secret, begin) if secret else -1
+        while start >= 0:
+            found.append((start, start, start + len(secret)))
+            start = text.find(secret, start + 1)
+    for pattern in _PATTERNS:
+        found.extend((m.start(), *m.span("s")) for m in pattern.finditer(text, begin))
+    return found
+
+
+def _spans(text: str, secrets: Iterable[str]) -> list[tuple[int, int]]:
+    return [(start, end) for _, start, end in _found(text, secrets)]
+
+
+def env_secrets() -> list[str]:
+    """The values of environment variables named like secrets (``*_API_KEY``, ``*_TOKEN`` …)."""
+    return [v for k, v in os.environ.items() if _SECRET_ENV.search(k) and len(v) >= 8]
+
+
+def redact(text: str, secrets: Iterable[str] = ()) -> str:
+    """``text`` with API keys, bearer tokens and the given ``secrets`` replaced.
+
+    The values of environment variables named like ``*_API_KEY`` or
+    ``*_TOKEN`` are always treated as secrets.
+
+    Example:
+        >>> redact("Authorization: Bearer abc.def.ghijkl and sk-proj-0123456789abcdefXYZ")
+        'Authorization: Bearer [REDACTED] and [REDACTED]'
+        >>> redact("the code is hunter2-hunter2", secrets=["hunter2-hunter2"])
+        'the code is [REDACTED]'
+    """
+    return redact_with(text, (*secrets, *env_secrets()))
+
+
+def redact_with(text: str, secrets: tuple[str, ...]) -> str:
+    """``text`` with exactly ``secrets`` and the built-in patterns redacted (no environment)."""
+    spans = _spans(text, secrets)
+    return _piece(text, 0, len(text), _merged(spans)) if spans else text
+
+
+def mask_bytes(data: bytes, secrets: Iterable[str]) -> bytes:
+    """Redact ``data`` keeping its length (``*`` per byte), so chunk offsets stay valid."""
+    text = data.decode("latin-1")  # one char per byte: lengths are preserved
+    needles = [secret.encode().decode("latin-1") for secret in (*secrets, *env_secrets())]
+    spans = _spans(text, needles)
+    if not spans:
+        return data
+    masked = bytearray(data)
+    for start, end in spans:
+        masked[start:end] = b"*" * (end - start)
+    return bytes(masked)
+
+
+def redact_headers(headers: Mapping[str, str], secrets: Iterable[str] = ()) -> dict[str, str]:
+    """A copy of ``headers`` with credentials replaced by ``[REDACTED]``.
+
+    Example:
+        >>> redact_headers({"Authorization": "Bearer x", "Accept": "text/event-stream"})
+        {'Authorization': '[REDACTED]', 'Accept': 'text/event-stream'}
+    """
+    secrets = tuple(secrets)
+    return {
+        k: REDACTED if k.lower() in SECRET_HEADERS else redact(str(v), secrets)
+        for k, v in headers.items()
+    }
+
+
+# ------------------------------------------------------------ across deltas
+
+#: What, at the very end of a text, could still grow into a match of ``_PATTERNS``.
+_OPEN_PATTERNS: Final = (
+    re.compile(r"\bs(?:k(?:-[A-Za-z0-9_\-]*)?)?\Z"),
+    re.compile(r"\bA(?:I(?:z(?:a[0-9A-Za-z_\-]*)?)?)?\Z"),
+    re.compile(r"(?i)\bb(?:e(?:a(?:r(?:e(?:r(?:\s+[A-Za-z0-9._~+/=\-]*)?)?)?)?)?)?\Z"),
+    re.compile(r"(?i)[?&](?:[a-z_]*|(?:api_key|apikey|key|token|access_token)=[^&#\s\"']*)\Z"),
+)
+
+
+def _open_at(text: str, secrets: Iterable[str], begin: int = 0) -> int:
+    """Where the tail of ``text`` that could still grow into a secret starts.
+
+    ``len(text)`` when no suffix from ``begin`` on could begin a secret.
+    """
+    at = len(text)
+    for secret in secrets:
+        for size in range(min(len(secret) - 1, len(text) - begin), 0, -1):
+            if text.endswith(secret[:size]):
+                at = min(at, len(text) - size)
+                break
+    for pattern in _OPEN_PATTERNS:
+        match = pattern.search(text, begin)
+        if match:
+            at = min(at, match.start())
+    return at
+
+
+def _merged(spans: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
+    out: list[tuple[int, int]] = []
+    for start, end in sorted(spans):
+        if out and start < out[-1][1]:
+            out[-1] = (out[-1][0], max(end, out[-1][1]))
+        else:
+            out.append((start, end))
+    return out
+
+
+class Settled(str):
+    """A delta's text already redacted across the stream: not to be redacted again alone.
+
+    Alone, the piece could look like a secret that the joined text is not (a
+    ``sk-…`` that follows a letter in the delta before).
+    """
+
+    __slots__ = ()
+
+
+def _piece(text: str, start: int, end: int, spans: list[tuple[int, int]]) -> str:
+    """``text[start:end]`` redacted: a secret's marker goes where the secret begins."""
+    out: list[str] = []
+    position = start
+    for first, last in spans:
+        if last <= start or first >= end:
+            continue
+        if first >= start:
+            out.append(text[position:first])
+            out.append(REDACTED)
+        position = max(position, min(last, end))
+    out.append(text[position:end])
+    return "".join(out)
+
+
+# A channel is one stream of deltas whose texts join up: the answer, the
+# reasoning, one call's raw arguments, one string argument's decoded value.
+_Channel = tuple[Any, ...]
+
+
+def _pieces(item: Any) -> list[tuple[_Channel, str]]:
+    """The delta texts in ``item``, each with its channel."""
+    if isinstance(item, AgentResponseResult):
+        return [piece for c in item.contents for piece in _pieces(c)]
+    match item:
+        case updates.TextDelta() | content.TextContent():
+            return [(("text",), item.delta if isinstance(item, updates.TextDelta) else item.text)]
+        case updates.ReasoningDelta():
+            return [(("reasoning",), item.delta)]
+        case content.ReasoningContent():
+            return [(("reasoning",), item.text)]
+        case updates.ToolCallDelta():
+            return [(("call", item.index), item.arguments_delta)]
+        case updates.ToolCallArgs():
+            return [(("args", item.id), item.args_delta)]
+        case content.ToolCallArgsContent():
+            return [(("args", item.call_id), item.args_delta)]
+        case content.ToolCallArgsProgressContent():
+            return [(("value", item.call_id, item.name), item.value)]
+    return []
+
+
+def _with_pieces(item: Any, texts: list[str]) -> Any:
+    """``item`` with the texts of :func:`_pieces` replaced, in order."""
+    if isinstance(item, AgentResponseResult):
+        rest = iter(texts)
+        contents = [
+            _with_pieces(c, [next(rest) for _ in _pieces(c)]) if _pieces(c) else c
+            for c in item.contents
+        ]
+        return attrs.evolve(item, contents=contents)
+    (text,) = texts
+    match item:
+        case updates.TextDelta() | updates.ReasoningDelta():
+            return attrs.evolve(item, delta=text)
+        case content.TextContent() | content.ReasoningContent():
+            return attrs.evolve(item, text=text)
+        case updates.ToolCallDelta():
+            return attrs.evolve(item, arguments_delta=text)
+        case updates.ToolCallArgs() | content.ToolCallArgsContent():
+            return attrs.evolve(item, args_delta=text)
+        case content.ToolCallArgsProgressContent():
+            return attrs.evolve(item, value=text)
+    raise TypeError(f"no delta text in {type(item).__name__}")  # pragma: no cover
+
+
+@attrs.define(eq=False)
+class _Held:
+    """An item waiting for the channels of its pieces to settle."""
+
+    stamp: Any
+    item: Any
+    texts: list[str | None]
+    waiting: int
+
+
+@attrs.define(eq=False)
+class _Pending:
+    """A channel's text not yet settled, and the pieces it is made of."""
+
+    before: str = ""  # the last settled character: context for ``\\b``
+    text: str = ""
+    owners: list[tuple[_Held, int, int, int]] = attrs.Factory(list)  # held, piece, start, end
+
+
+class DeltaRedactor:
+    """Redacts secrets that a stream splits between its items' deltas.
+
+    :meth:`push` takes each item (with any ``stamp``, e.g. its time) and
+    returns the ``(stamp, item)`` pairs now safe to write, in order, their
+    delta texts redacted across item boundaries; :meth:`flush` the rest when
+    the stream ends. Other strings are left for :func:`redact`.
+
+    Example:
+        >>> from rafrx import updates as u
+        >>> r = DeltaRedactor(["hunter2-hunter2"])
+        >>> r.push(0, u.TextDelta("the code is hunter"))
+        []
+        >>> [item for _, item in r.push(1, u.TextDelta("2-hunter2, ok"))]
+        [TextDelta(delta='the code is [REDACTED]'), TextDelta(delta=', ok')]
+    """
+
+    def __init__(self, secrets: Iterable[str]) -> None:
+        self._secrets = tuple(s for s in secrets if s)
+        self._queue: deque[_Held] = deque()
+        self._channels: dict[_Channel, _Pending] = {}
+
+    def push(self, stamp: Any, item: Any) -> list[tuple[Any, Any]]:
+        """Take ``item``; return the items that are ready, oldest first."""
+        pieces = _pieces(item)
+        held = _Held(stamp, item, [None] * len(pieces), len(pieces))
+        self._queue.append(held)
+        touched: list[_Pending] = []
+        for index, (channel, text) in enumerate(pieces):
+            pending = self._channels.setdefault(channel, _Pending())
+            end = len(pending.text) + len(text)
+            pending.owners.append((held, index, len(pending.text), end))
+            pending.text += text
+            if pending not in touched:
+                touched.append(pending)
+        for pending in touched:
+            self._settle(pending, final=False)
+        return self._ready()
+
+    def flush(self) -> list[tuple[Any, Any]]:
+        """The stream ended: every held item, redacted with what is known."""
+        for pending in self._channels.values():
+            self._settle(pending, final=True)
+        return self._ready()
+
+    def _settle(self, pending: _Pending, *, final: bool) -> None:
+        base = len(pending.before)
+        text = pending.before + pending.text
+        found = _found(text, self._secrets, base)
+        spans = _merged((s - base, e - base) for _, s, e in found)
+        matches = [(m - base, e - base) for m, _, e in found]
+        limit = len(pending.text)
+        if not final:
+            limit = _open_at(text, self._secrets, base) - base
+        count, cut = 0, 0
+        for _, _, _, end in pending.owners:
+            if end > limit:
+                break
+            count, cut = count + 1, end
+        while count and any(m < cut < e for m, e in matches):
+            count -= 1
+            cut = pending.owners[count - 1][3] if count else 0
+        for held, index, start, end in pending.owners[:count]:
+            held.texts[index] = Settled(_piece(pending.text, start, end, spans))
+            held.waiting -= 1
+        if count:
+            pending.before = (pending.before + pending.text[:cut])[-1:]
+            pending.text = pending.text[cut:]
+            pending.owners = [(h, i, s - cut, e - cut) for h, i, s, e in pending.owners[count:]]
+
+    def _ready(self) -> list[tuple[Any, Any]]:
+        out: list[tuple[Any, Any]] = []
+        while self._queue and not self._queue[0].waiting:
+            held = self._queue.popleft()
+            item = held.item
+            if held.texts:
+                texts = [t for t in held.texts if t is not None]
+                item = _with_pieces(item, texts)
+            out.append((held.stamp, item))
+        return out
