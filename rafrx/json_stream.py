@@ -53,6 +53,7 @@ from typing import Any, Final, Generic, TypeAlias, TypeVar, cast, final, overloa
 
 import attrs
 
+from rafrx._fragments import COMPACT_AT, compact, joined
 from rafrx._slot_init import slot_init
 
 __all__ = ["ArgEvent", "ArgMember", "ArgProgress", "StreamingArgsParser"]
@@ -161,6 +162,7 @@ class StreamingArgsParser(Generic[E]):
     __slots__ = (
         "_bytes",
         "_cap",
+        "_cap_blocks",
         "_cap_from",
         "_cap_start",
         "_closed",
@@ -187,11 +189,13 @@ class StreamingArgsParser(Generic[E]):
         "_pieces",
         "_progress",
         "_progress_from",
+        "_raw_blocks",
         "_received",
         "_result",
         "_scanned",
         "_stack",
         "_top_object",
+        "_val_blocks",
         "_val_parts",
     )
 
@@ -217,7 +221,9 @@ class StreamingArgsParser(Generic[E]):
         self._progress = progress
         self._member = member
         self._max_bytes = max_bytes
-        self._pieces: list[str] = []
+        # What is kept goes into blocks every COMPACT_AT fragments (rafrx._fragments).
+        self._pieces: list[str] = []  # fed, since the last block of _raw_blocks
+        self._raw_blocks: list[str] = []
         self._fed = 0  # characters fed so far
         self._bytes = 0
         self._error: str | None = None
@@ -243,6 +249,7 @@ class StreamingArgsParser(Generic[E]):
         self._lit_pos = 0
         # Capture of a tracked value's text, as pieces.
         self._cap: list[str] | None = None
+        self._cap_blocks: list[str] = []
         self._cap_from = 0  # index in the current fragment
         self._cap_start = 0  # absolute offset
         # Top-level object members.
@@ -250,8 +257,9 @@ class StreamingArgsParser(Generic[E]):
         self._kind = _K_CAPTURE
         self._name = ""
         self._key_parts: list[str] = []
-        self._val_parts: list[str] = []
-        self._progress_from = 0
+        self._val_parts: list[str] = []  # decoded, since the last block of _val_blocks
+        self._val_blocks: list[str] = []
+        self._progress_from = 0  # _val_parts[:_progress_from] were reported
         self._received = 0
 
     @property
@@ -264,8 +272,9 @@ class StreamingArgsParser(Generic[E]):
     @property
     def text(self) -> str:
         """Everything fed so far, joined once per call after new fragments."""
-        if len(self._pieces) != 1:
-            self._pieces = ["".join(self._pieces)]
+        if self._raw_blocks or len(self._pieces) != 1:
+            self._pieces = [joined(self._raw_blocks, self._pieces)]
+            self._raw_blocks = []
         return self._pieces[0]
 
     def feed(self, fragment: str) -> list[E]:
@@ -294,7 +303,10 @@ class StreamingArgsParser(Generic[E]):
                 if self._error is None:
                     self._fail(f"arguments exceed {self._max_bytes} bytes", self._fed)
                 return []
-        self._pieces.append(fragment)
+        pieces = self._pieces
+        pieces.append(fragment)
+        if len(pieces) >= COMPACT_AT:
+            self._compact()
         base = self._fed
         self._fed += len(fragment)
         if self._error is not None or not fragment:
@@ -354,7 +366,10 @@ class StreamingArgsParser(Generic[E]):
                 s = _scanstring(s + '"', 0)[0]
         elif not n:
             return None
-        self._pieces.append(fragment)
+        pieces = self._pieces
+        pieces.append(fragment)
+        if len(pieces) >= COMPACT_AT:
+            self._compact()
         self._fed += len(fragment)
         self._scanned += n
         self._val_parts.append(s)
@@ -454,6 +469,7 @@ class StreamingArgsParser(Generic[E]):
             elif tracked:
                 self._kind = _K_STRING
                 self._val_parts = []
+                self._val_blocks = []
                 self._out = self._val_parts
                 self._growing = True
                 self._progress_from = 0
@@ -603,15 +619,30 @@ class StreamingArgsParser(Generic[E]):
     def _begin_capture(self, i: int, base: int) -> None:
         self._kind = _K_CAPTURE
         self._cap = []
+        self._cap_blocks = []
         self._cap_from = i
         self._cap_start = base + i
+
+    def _compact(self) -> None:
+        """Join the fragments kept so far into one block each for the raw text,
+        the string value being reported and the value being captured."""
+        compact(self._pieces, self._raw_blocks)
+        parts, reported = self._val_parts, self._progress_from
+        if reported > 1:
+            self._val_blocks.append("".join(parts[:reported]))
+            del parts[:reported]
+            self._progress_from = 0
+        cap = self._cap
+        if cap is not None and len(cap) > 1:
+            compact(cap, self._cap_blocks)
 
     def _load_capture(self, s: str, end: int) -> Any:
         cap = self._cap
         assert cap is not None
         self._cap = None
         cap.append(s[self._cap_from : end])
-        text = "".join(cap)
+        text = joined(self._cap_blocks, cap)
+        self._cap_blocks = []
         self._scanned += len(text)
         try:
             if self._kind == _K_NUMBER:  # the scanner checked the grammar; decode as json does
@@ -639,7 +670,7 @@ class StreamingArgsParser(Generic[E]):
             kind = self._kind
             if kind == _K_STRING:
                 self._flush_progress()
-                value = "".join(self._val_parts)
+                value = joined(self._val_blocks, self._val_parts)
             elif kind == _K_LITERAL:
                 value = _CONSTANTS[self._lit]
             else:

@@ -114,15 +114,30 @@ class ToolCallEnd:
     id: str
 
 
+def _exclusive(instance: ToolCalled, attribute: Any, value: Any) -> None:
+    if value is not None and instance.result is not None:
+        raise ValueError("ToolCalled takes a result or an error, not both")
+
+
 @final
 @slot_init
 @attrs.frozen
 class ToolCalled:
-    """A tool ran (reported by a provider that executes tools server-side)."""
+    """A tool ran (reported by a provider that executes tools server-side).
+
+    It has a ``result`` or an ``error``, like the :class:`~rafrx.content.ToolCalledContent`
+    it becomes:
+
+        >>> ToolCalled("call_1", result="42")
+        ToolCalled(id='call_1', result='42', error=None)
+        >>> ToolCalled("call_1", result="42", error="timed out")
+        Traceback (most recent call last):
+        ValueError: ToolCalled takes a result or an error, not both
+    """
 
     id: str
     result: str | None = None
-    error: str | None = None
+    error: str | None = attrs.field(default=None, validator=_exclusive)
 
 
 @final

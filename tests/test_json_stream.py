@@ -598,3 +598,49 @@ def test_module_doctest() -> None:
     result = doctest.testmod(rafrx.json_stream)
     assert result.attempted > 0
     assert result.failed == 0
+
+
+# A long argument in one-character fragments: the parser joins what it keeps
+# into blocks every COMPACT_AT fragments (rafrx._fragments). Values, progress
+# and the text must not change across those joins.
+LONG_DOCUMENTS = {
+    "string value with escapes": json.dumps(
+        {"path": "a.py", "content": 'line "q" \\ é 😀\n' * 400, "mode": "w"}
+    ),
+    "captured nested value": json.dumps(
+        {"edits": [{"line": i, "text": f"x{i}"} for i in range(600)]}
+    ),
+    "top-level string": json.dumps("é\\" * 2000),
+    "top-level array": json.dumps(list(range(1500))),
+}
+
+
+@pytest.mark.parametrize("doc", LONG_DOCUMENTS.values(), ids=LONG_DOCUMENTS.keys())
+def test_a_long_argument_in_tiny_fragments_parses_like_json_loads(doc: str) -> None:
+    from rafrx._fragments import COMPACT_AT
+
+    assert len(doc) > 3 * COMPACT_AT
+    parser = StreamingArgsParser()
+    events = [event for ch in doc for event in parser.feed(ch)]
+    assert parser.close() == json.loads(doc)
+    assert parser.text == doc
+    members = {e.name: e.value for e in events if isinstance(e, ArgMember)}
+    if isinstance(json.loads(doc), dict):
+        assert members == json.loads(doc)
+    for name, value in members.items():
+        progress = [e for e in events if isinstance(e, ArgProgress) and e.name == name]
+        if isinstance(value, str):
+            assert "".join(e.fragment for e in progress) == value
+            assert progress[-1].received == len(value.encode())
+
+
+def test_the_text_of_a_long_argument_is_kept_while_it_streams() -> None:
+    doc = LONG_DOCUMENTS["string value with escapes"]
+    parser = StreamingArgsParser()
+    for i, ch in enumerate(doc[:-2]):
+        parser.feed(ch)
+        if i % 1500 == 0:
+            assert parser.text == doc[: i + 1]
+    parser.feed(doc[-2:])
+    assert parser.text == doc
+    assert parser.close() == json.loads(doc)

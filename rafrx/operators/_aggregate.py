@@ -8,6 +8,7 @@ from typing import Any
 
 from reactivex import Observable
 
+from rafrx._fragments import COMPACT_AT, compact, joined
 from rafrx.content import (
     ReasoningContent,
     TextContent,
@@ -29,11 +30,23 @@ __all__ = ["ResponseAggregator", "aggregate", "collect_agent_response"]
 class _Step:
     """What one LLM call of the turn contributed."""
 
-    __slots__ = ("calls", "order", "provider_data", "reasoning", "results", "text", "usage")
+    __slots__ = (
+        "calls",
+        "order",
+        "provider_data",
+        "reasoning",
+        "reasoning_blocks",
+        "results",
+        "text",
+        "text_blocks",
+        "usage",
+    )
 
     def __init__(self) -> None:
-        self.text: list[str] = []
+        self.text: list[str] = []  # deltas since the last block (rafrx._fragments)
+        self.text_blocks: list[str] = []
         self.reasoning: list[str] = []
+        self.reasoning_blocks: list[str] = []
         self.provider_data: list[Any] = []
         self.order: list[str] = []  # call ids in start order
         self.calls: dict[str, ToolCall] = {}
@@ -41,8 +54,8 @@ class _Step:
         self.usage: Usage | None = None
 
     def assistant_message(self) -> ChatMessage | None:
-        text = "".join(self.text)
-        reasoning = "".join(self.reasoning) or None
+        text = self.joined_text()
+        reasoning = self.joined_reasoning() or None
         calls = [self.calls[i] for i in self.order if i in self.calls]
         if not (text or calls or reasoning or self.provider_data):
             return None
@@ -55,6 +68,12 @@ class _Step:
             if self.provider_data
             else None,
         )
+
+    def joined_text(self) -> str:
+        return joined(self.text_blocks, self.text)
+
+    def joined_reasoning(self) -> str:
+        return joined(self.reasoning_blocks, self.reasoning)
 
     def tool_messages(self) -> list[ChatMessage]:
         ordered = [self.results[i] for i in self.order if i in self.results]
@@ -112,9 +131,15 @@ class ResponseAggregator:
             if type(content) not in _AGGREGATED:
                 continue  # argument deltas, progress, ends: the response does not keep them
             if isinstance(content, TextContent):
-                step.text.append(content.text)
+                text = step.text
+                text.append(content.text)
+                if len(text) >= COMPACT_AT:
+                    compact(text, step.text_blocks)
             elif isinstance(content, ReasoningContent):
-                step.reasoning.append(content.text)
+                reasoning = step.reasoning
+                reasoning.append(content.text)
+                if len(reasoning) >= COMPACT_AT:
+                    compact(reasoning, step.reasoning_blocks)
                 if content.provider_data is not None:
                     step.provider_data.append(content.provider_data)
             elif isinstance(content, ToolCallStartContent):
@@ -151,11 +176,11 @@ class ResponseAggregator:
             transcript.extend(results)
             if step.usage is not None:
                 usage = step.usage if usage is None else usage + step.usage
-        reasoning = "".join("".join(s.reasoning) for s in self._steps)
+        reasoning = "".join(s.joined_reasoning() for s in self._steps)
         return AgentResponse(
             id=self._id,
             model=self._model,
-            text="".join("".join(s.text) for s in self._steps),
+            text="".join(s.joined_text() for s in self._steps),
             reasoning_text=reasoning or None,
             tool_calls=tool_calls,
             tool_messages=tool_messages,

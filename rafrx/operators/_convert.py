@@ -49,6 +49,7 @@ from collections.abc import Sequence
 from typing import TypeVar
 
 from rafrx import updates as u
+from rafrx._fragments import COMPACT_AT
 from rafrx.content import Content, ResponseMetadata
 from rafrx.json_stream import StreamingArgsParser
 from rafrx.operators._accumulate_tool_calls import (
@@ -57,7 +58,7 @@ from rafrx.operators._accumulate_tool_calls import (
     ToolCallAccumulator,
 )
 from rafrx.operators._builders import args_content, progress_content
-from rafrx.operators._flush_tool_calls import ToolCallFlusher
+from rafrx.operators._flush_tool_calls import KeptCall, ToolCallFlusher
 from rafrx.operators._parse_args_stream import ArgsStreamParser
 from rafrx.operators._reducer import Chain
 from rafrx.operators._split_legacy_delta import LegacyDeltaSplitter
@@ -79,7 +80,7 @@ class _ArgumentRun:
         call_id: str,
         call: OpenCall,
         parser: StreamingArgsParser[Content],
-        kept: list[str] | None,
+        kept: KeptCall | None,
         meta: ResponseMetadata,
         limit: int,
     ) -> None:
@@ -99,8 +100,12 @@ class _ArgumentRun:
         call.size = size
         meta = self.meta
         content = args_content(self.call_id, delta, meta)
-        if self.kept is not None:
-            self.kept.append(delta)
+        kept = self.kept
+        if kept is not None:
+            args = kept.args
+            args.append(delta)
+            if len(args) >= COMPACT_AT:
+                kept.compact()
         grown = self.parser.grow(delta)  # the usual case: more of a string value
         if grown is None:
             contents = (content, *self.parser.feed(delta))
@@ -176,7 +181,7 @@ class Converter:
         if call is not None and parser is not None:
             accumulate = self._accumulate
             parser.contents.meta = accumulate.meta
-            kept = self._flush.kept_arguments(call_id)
+            kept = self._flush.kept_call(call_id)
             runs[key] = _ArgumentRun(
                 call_id, call, parser.parser, kept, accumulate.meta, accumulate.max_argument_chars
             )

@@ -6,6 +6,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from rafrx._fragments import COMPACT_AT, compact, joined
 from rafrx.content import (
     ResponseMetadata,
     ToolCallArgsContent,
@@ -17,7 +18,7 @@ from rafrx.operators._reducer import reducer_operator
 from rafrx.response import AgentResponseResult
 from rafrx.typing import Operator
 
-__all__ = ["ToolCallFlusher", "flush_tool_calls", "parse_arguments"]
+__all__ = ["KeptCall", "ToolCallFlusher", "flush_tool_calls", "parse_arguments"]
 
 
 def parse_arguments(raw: str) -> tuple[Any, str | None]:
@@ -39,18 +40,29 @@ def parse_arguments(raw: str) -> tuple[Any, str | None]:
         return None, "invalid JSON arguments: nested too deeply"
 
 
-class _Pending:
-    __slots__ = ("args", "call_id", "ended", "meta", "name")
+class KeptCall:
+    """A started call's name and argument fragments, until it is flushed.
+
+    Fragments go to ``args``; every :data:`~rafrx._fragments.COMPACT_AT` of
+    them, :meth:`compact` joins them into one block.
+    """
+
+    __slots__ = ("args", "blocks", "call_id", "ended", "meta", "name")
 
     def __init__(self, call_id: str, name: str, meta: ResponseMetadata) -> None:
         self.call_id = call_id
         self.name = name
         self.meta = meta
         self.args: list[str] = []
+        self.blocks: list[str] = []
         self.ended = False
 
+    def compact(self) -> None:
+        """Join the fragments in ``args`` into one block."""
+        compact(self.args, self.blocks)
+
     def calling(self) -> ToolCallingContent:
-        raw = "".join(self.args)
+        raw = joined(self.blocks, self.args)
         arguments, error = parse_arguments(raw)
         return ToolCallingContent(self.call_id, self.name, arguments, raw, error, meta=self.meta)
 
@@ -61,24 +73,31 @@ _LIFECYCLE = frozenset({ToolCallStartContent, ToolCallArgsContent, ToolCallEndCo
 class ToolCallFlusher:
     """The reducer behind :func:`flush_tool_calls`."""
 
-    __slots__ = ("_calls", "_eager", "_id", "_model")
+    __slots__ = ("_calls", "_eager", "_id", "_model", "_started")
 
     def __init__(self, eager: bool = False) -> None:
         self._eager = eager
-        self._calls: dict[str, _Pending] = {}
+        self._calls: dict[str, KeptCall] = {}  # by id: the latest call to start with it
+        self._started: list[KeptCall] = []  # every call not flushed yet, in start order
         self._id: str | None = None
         self._model: str | None = None
 
-    def kept_arguments(self, call_id: str) -> list[str] | None:
-        """The list :meth:`arguments` appends a call's fragments to (None: not kept)."""
+    def kept_call(self, call_id: str) -> KeptCall | None:
+        """Where :meth:`arguments` keeps the fragments of an open call (None: not kept)."""
         pending = self._calls.get(call_id)
-        return None if pending is None else pending.args
+        return None if pending is None or pending.ended else pending
 
     def arguments(self, content: ToolCallArgsContent) -> None:
-        """Keep an argument fragment (what :meth:`step` does with one)."""
+        """Keep an argument fragment (what :meth:`step` does with one).
+
+        Fragments of a call that has ended are ignored: its arguments are complete.
+        """
         pending = self._calls.get(content.call_id)
-        if pending is not None:
-            pending.args.append(content.args_delta)
+        if pending is not None and not pending.ended:
+            args = pending.args
+            args.append(content.args_delta)
+            if len(args) >= COMPACT_AT:
+                pending.compact()
 
     def step(self, result: AgentResponseResult) -> Sequence[AgentResponseResult]:
         self._id, self._model = result.id, result.model  # the flushed results carry them
@@ -89,7 +108,11 @@ class ToolCallFlusher:
             if isinstance(content, ToolCallArgsContent):
                 self.arguments(content)
             elif isinstance(content, ToolCallStartContent):
-                self._calls[content.call_id] = _Pending(content.call_id, content.name, content.meta)
+                # An id may come back in the next LLM call: the ended call stays in _started.
+                call = KeptCall(content.call_id, content.name, content.meta)
+                self._calls[content.call_id] = call
+                if not self._eager:
+                    self._started.append(call)
             elif isinstance(content, ToolCallEndContent):
                 pending = self._calls.get(content.call_id)
                 if pending is not None and not pending.ended:
@@ -102,14 +125,16 @@ class ToolCallFlusher:
         return (result,)
 
     def finish(self) -> Sequence[AgentResponseResult]:
-        calls = [p.calling() for p in self._calls.values() if p.ended]
+        calls = [p.calling() for p in self._started if p.ended]
         self._calls.clear()
+        self._started.clear()
         if not calls:
             return ()
         return (AgentResponseResult(self._id, self._model, None, calls),)
 
     def fail(self, error: Exception) -> Sequence[AgentResponseResult]:
         self._calls.clear()
+        self._started.clear()
         return ()
 
 

@@ -544,3 +544,38 @@ class _DropAll:
 
     def fail(self, error: Exception) -> tuple[()]:
         return ()
+
+
+@pytest.mark.parametrize("legacy", [False, True], ids=["ToolCallArgs", "ToolCallDelta"])
+def test_a_long_argument_in_tiny_fragments_equals_the_piped_operators(legacy: bool) -> None:
+    """Several thousand fragments: the kept arguments and the parser's values go
+    into blocks on the way (rafrx._fragments); nothing changes for it."""
+    import json
+
+    args = json.dumps({"path": "a.py", "content": 'say("hé")\n' * 500, "n": list(range(300))})
+    second = json.dumps({"content": "x" * 3000})
+    if legacy:
+        updates: list[Any] = [D(0, "c1", "write", ""), D(1, "c2", "write", "")]
+        for i in range(max(len(args), len(second))):
+            updates += [
+                D(0, arguments_delta=args[i : i + 1]),
+                D(1, arguments_delta=second[i : i + 1]),
+            ]
+    else:
+        updates = [u.ToolCallStart("c1", "write"), u.ToolCallStart("c2", "write")]
+        for i in range(max(len(args), len(second))):
+            updates += [
+                u.ToolCallArgs("c1", args[i : i + 1]),
+                u.ToolCallArgs("c2", second[i : i + 1]),
+            ]
+        updates += [u.ToolCallEnd("c1"), u.ToolCallEnd("c2")]
+    updates.append(u.Finish(FinishReason.TOOL_CALLS))
+
+    fused = outcome(updates, ops.convert())
+    assert fused == outcome(updates, piped())
+    calls = {
+        c.call_id: c for r in fused[0] for c in r.contents if isinstance(c, ToolCallingContent)
+    }
+    assert calls["c1"].raw_arguments == args
+    assert calls["c1"].arguments == json.loads(args)
+    assert calls["c2"].arguments == json.loads(second)
