@@ -23,6 +23,7 @@ from typing import Any, Generic, Protocol, TypeVar
 from reactivex import Observable, abc
 from reactivex.disposable import Disposable, SingleAssignmentDisposable
 from reactivex.internal.exceptions import SequenceContainsNoElementsError
+from reactivex.scheduler import CurrentThreadScheduler
 
 from rafrx.typing import Operator
 
@@ -207,6 +208,25 @@ class _DirectPipe(Observable[A]):
         return source
 
 
+def _never() -> bool:
+    return False
+
+
+def _soon(action: Callable[[], None]) -> None:
+    """Run ``action`` now or, inside Rx's ``subscribe``, right after it.
+
+    ``Observable.subscribe`` runs on a trampoline (the current thread
+    scheduler) and stores the subscription's disposable before it runs the
+    next action, so a subscriber that disposes (``take(n)``) can stop a source
+    driven from there, as it stops ``reactivex.from_iterable``.
+    """
+    trampoline = CurrentThreadScheduler.singleton()
+    if trampoline.schedule_required():  # no trampoline running: a direct call
+        action()
+    else:
+        trampoline.schedule(lambda _scheduler, _state=None: action())
+
+
 class SyncSource(_DirectPipe[A]):
     """A cold source that emits everything synchronously while it is subscribed.
 
@@ -225,14 +245,28 @@ class SyncSource(_DirectPipe[A]):
         on_next: Callable[[A], None],
         on_error: Callable[[Exception], None],
         on_completed: Callable[[], None],
+        stopped: Callable[[], bool] = _never,
     ) -> None:
-        """Emit every item, then exactly one of ``on_error`` or ``on_completed``."""
+        """Emit every item, then exactly one of ``on_error`` or ``on_completed``.
+
+        Once ``stopped()`` is true (the subscriber disposed), stop reading
+        soon and call neither.
+        """
 
     def _subscribe_sync(
         self, observer: abc.ObserverBase[A], scheduler: abc.SchedulerBase | None = None
     ) -> abc.DisposableBase:
-        self.drive(observer.on_next, observer.on_error, observer.on_completed)
-        return Disposable()
+        disposed = False
+
+        def dispose() -> None:
+            nonlocal disposed
+            disposed = True
+
+        def drive() -> None:
+            self.drive(observer.on_next, observer.on_error, observer.on_completed, lambda: disposed)
+
+        _soon(drive)
+        return Disposable(dispose)
 
 
 class ReducedObservable(_DirectPipe[B]):
@@ -261,12 +295,18 @@ class ReducedObservable(_DirectPipe[B]):
         if scheduler is not None or not isinstance(self.source, SyncSource):
             return super().run(scheduler)
         last: _Last[B] = _Last()  # (no _Last[B](): a typing call per stream)
-        self._subscribe_reducer(last)
+        self._attach(last, None, at_once=True)
         return last.value()
 
     def _subscribe_reducer(
         self, observer: abc.ObserverBase[B], scheduler: abc.SchedulerBase | None = None
     ) -> abc.DisposableBase:
+        return self._attach(observer, scheduler, at_once=False)
+
+    def _attach(
+        self, observer: abc.ObserverBase[B], scheduler: abc.SchedulerBase | None, *, at_once: bool
+    ) -> abc.DisposableBase:
+        """Subscribe ``observer``; ``at_once``: drive a :class:`SyncSource` during the call."""
         reducer = self.factory()
         stopped = False
         upstream = SingleAssignmentDisposable()
@@ -315,7 +355,14 @@ class ReducedObservable(_DirectPipe[B]):
 
         source = self.source
         if isinstance(source, SyncSource):
-            source.drive(on_next, on_error, on_completed)  # no observers in between
+
+            def drive() -> None:  # no observers in between
+                source.drive(on_next, on_error, on_completed, lambda: stopped)
+
+            if at_once:
+                drive()
+            else:
+                _soon(drive)
         else:
             upstream.disposable = source.subscribe(
                 on_next, on_error, on_completed, scheduler=scheduler

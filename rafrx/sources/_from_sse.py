@@ -110,6 +110,7 @@ class _SyncBody(SyncSource[AgentResponseUpdate]):
         on_next: Callable[[AgentResponseUpdate], None],
         on_error: Callable[[Exception], None],
         on_completed: Callable[[], None],
+        stopped: Callable[[], bool] = lambda: False,
     ) -> None:
         decoder = self._make()
         iterator = iter(self._chunks)
@@ -120,6 +121,8 @@ class _SyncBody(SyncSource[AgentResponseUpdate]):
                         on_next(update)
                     if decoder.done:
                         break
+                    if stopped():  # the subscriber disposed (take(n) has its items)
+                        return
                 tail = decoder.close()
             finally:
                 close = getattr(iterator, "close", None)

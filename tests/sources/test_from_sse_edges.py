@@ -14,10 +14,12 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from reactivex import operators as rx
 from reactivex.abc import DisposableBase
 
 from rafrx import updates as u
 from rafrx.errors import IncompleteStream
+from rafrx.operators import aggregate, convert
 from rafrx.sources import from_sse
 
 
@@ -171,3 +173,39 @@ def test_disposing_after_the_loop_has_ended_is_a_no_op() -> None:
     assert log == ["finally"]  # asyncio.run cancelled the reader; the body closed
     subscription.dispose()
     subscription.dispose()
+
+
+def long_text(read: list[int]) -> Any:
+    """An SSE body of 100,000 events (a generator), counting the chunks read."""
+    for _ in range(100_000):
+        read[0] += 1
+        yield b'data: {"choices":[{"index":0,"delta":{"content":"ab"}}]}\n\n'
+    yield b'data: {"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}\n\ndata: [DONE]\n\n'
+
+
+@pytest.mark.parametrize("converted", [False, True], ids=["updates", "convert()"])
+def test_take_stops_reading_a_sync_body(converted: bool) -> None:
+    """A sync body is read as Rx reads an iterable: once the subscription is
+    set up, so a subscriber that has enough (``take``) stops the reading and
+    the body is closed."""
+    read = [0]
+    body = long_text(read)
+    source = from_sse(body, "openai-chat")
+    if converted:
+        source = source.pipe(convert())
+    seen: list[Any] = []
+    done: list[bool] = []
+    source.pipe(rx.take(3)).subscribe(seen.append, on_completed=lambda: done.append(True))
+    assert len(seen) == 3
+    assert done == [True]
+    assert read[0] <= 4
+    assert body.gi_frame is None  # closed
+
+
+def test_a_sync_body_subscribed_directly_is_read_at_once() -> None:
+    """Outside Rx's subscribe (no trampoline running), everything is emitted
+    during the call, as before."""
+    read = [0]
+    out = from_sse(long_text(read), "openai-chat").pipe(convert(), aggregate()).run()
+    assert read[0] == 100_000
+    assert out.text == "ab" * 100_000
