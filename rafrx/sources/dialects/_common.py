@@ -104,7 +104,11 @@ def fitting(shape: type[S]) -> Callable[[str], S | None]:
     dialect's general path, :func:`load_object`. Members the struct does not
     name are skipped, not built, so a dialect's usual event costs one C call;
     what fits decodes to the values :func:`json.loads` gives (JSONTestSuite and
-    the fast-path tests in ``tests/sources/test_dialect_fast_paths.py``).
+    the fast-path tests in ``tests/sources/test_dialect_fast_paths.py``). One
+    difference: a skipped member is not checked against Python's limit on the
+    digits of an integer (``sys.get_int_max_str_digits()``), which
+    :func:`json.loads` applies; the fast path reads such data as
+    :func:`json.loads` does without that limit.
 
     Example:
         >>> class Point(msgspec.Struct):
@@ -118,8 +122,8 @@ def fitting(shape: type[S]) -> Callable[[str], S | None]:
     def fit(data: str) -> S | None:
         try:
             return decode(data)
-        except (msgspec.DecodeError, RecursionError):  # DecodeError: also another shape
-            return None
+        except (msgspec.DecodeError, RecursionError, UnicodeEncodeError):
+            return None  # DecodeError: also another shape; UnicodeEncodeError: a lone surrogate
 
     return fit
 

@@ -37,7 +37,7 @@ Example:
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Final
 
 import msgspec
 
@@ -67,6 +67,8 @@ from rafrx.updates import (
 )
 
 __all__ = ["OpenAIChatDialect", "chat_usage"]
+
+_JSON_WHITESPACE: Final = " \t\n\r"  # only what JSON allows around a value
 
 _CHUNK = "chat.completion.chunk"
 
@@ -159,7 +161,7 @@ class OpenAIChatDialect:
             return []  # an unknown named event (e.g. a keep-alive): not a chunk
         data = event.data
         if data[:1] != "{":  # not the usual chunk: blank, [DONE], or padded with spaces
-            data = data.strip()
+            data = data.strip(_JSON_WHITESPACE)
             if not data:
                 return []
             if data == "[DONE]":
