@@ -223,8 +223,12 @@ def _soon(action: Callable[[], None]) -> None:
     trampoline = CurrentThreadScheduler.singleton()
     if trampoline.schedule_required():  # no trampoline running: a direct call
         action()
-    else:
-        trampoline.schedule(lambda _scheduler, _state=None: action())
+        return
+
+    def run(_scheduler: abc.SchedulerBase, _state: Any = None) -> None:
+        action()
+
+    trampoline.schedule(run)
 
 
 class SyncSource(_DirectPipe[A]):
