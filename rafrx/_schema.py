@@ -4,7 +4,8 @@ Each hint gives a pair: the JSON schema the model sees, and a function that
 turns a value that passed that schema into the Python value the tool
 expects (``int`` for whole floats, enum members, attrs instances, tuples,
 dates). :func:`function_schema` does this for every parameter of a function
-and returns a binder that splits converted arguments into ``(args, kwargs)``.
+(also behind ``functools.partial``, or of a callable object) and returns a
+binder that splits converted arguments into ``(args, kwargs)``.
 
 Example:
     >>> import enum
@@ -28,6 +29,7 @@ from __future__ import annotations
 
 import datetime
 import enum
+import functools
 import inspect
 import json
 import types
@@ -38,18 +40,29 @@ from typing import Annotated, Any, Literal, TypeAlias, Union
 import attrs
 
 from rafrx._docstrings import parse_docstring
-from rafrx._schema_check import check, json_type
+from rafrx._schema_check import check, json_equal, json_type, show
 
-__all__ = ["Binder", "Converter", "function_schema", "type_schema"]
+__all__ = ["Binder", "ConversionError", "Converter", "function_schema", "type_schema"]
 
 Converter: TypeAlias = Callable[[Any], Any]
 """Turns a value that passed a schema into the Python value of the type hint."""
 
 Binder: TypeAlias = Callable[[Mapping[str, Any]], tuple[list[Any], dict[str, Any]]]
-"""Turns validated arguments into a function's converted ``(args, kwargs)``."""
+"""Turns validated arguments into a function's converted ``(args, kwargs)``.
+
+Raises :class:`ConversionError` for an argument that fits its schema but not its type.
+"""
 
 _REQUIRED = object()  # a property without a default
 _NO_DEFAULT = object()  # an optional property whose default has no JSON form
+
+# What a converter raises for a value that fits the schema but not the type
+# (an ISO string that is no date, an int too large for a float, a failed attrs validator).
+_CONVERSION_ERRORS = (TypeError, ValueError, ArithmeticError)
+
+
+class ConversionError(ValueError):
+    """An argument fits its schema but has no value of its type; the message names it."""
 
 
 def _identity(value: Any) -> Any:
@@ -64,12 +77,19 @@ def type_schema(hint: Any, seen: tuple[type, ...] = ()) -> tuple[dict[str, Any],
         seen: The attrs classes being expanded, to refuse recursive types.
 
     Raises:
-        TypeError: the hint has no JSON schema (or is recursive, or is a
-            ``dict`` with non-``str`` keys).
+        TypeError: the hint has no JSON schema (or is recursive, is a
+            ``dict`` with non-``str`` keys, or is a ``Literal`` or enum with a
+            value that has no JSON form).
 
     Example:
         >>> type_schema(tuple[int, str])[0]["prefixItems"]
         [{'type': 'integer'}, {'type': 'string'}]
+
+        ``Literal`` and enum values are listed as JSON and converted back:
+
+        >>> schema, convert = type_schema(Literal[1, 2])
+        >>> schema, convert(2.0)
+        ({'type': 'integer', 'enum': [1, 2]}, 2)
     """
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if hint is Any or hint is inspect.Parameter.empty or hint is object:
@@ -95,9 +115,9 @@ def type_schema(hint: Any, seen: tuple[type, ...] = ()) -> tuple[dict[str, Any],
     if origin is Union or origin is types.UnionType:
         return _union_schema(args, seen)
     if origin is Literal:
-        return _literal_schema(args), _identity
+        return _choices_schema(args)
     if isinstance(hint, type) and issubclass(hint, enum.Enum):
-        return _literal_schema([m.value for m in hint]), hint
+        return _choices_schema(list(hint))
     if origin in (list, Sequence, Iterable) or hint is list:
         item_schema, item = type_schema(args[0] if args else Any, seen)
         return {"type": "array", "items": item_schema}, lambda v: [item(x) for x in v]
@@ -119,6 +139,9 @@ def function_schema(fn: Callable[..., Any], docs: Mapping[str, str]) -> tuple[An
 
     Parameters with a default are optional (the default is in the schema when
     it has a JSON form); positional-only parameters are passed positionally.
+    For a ``functools.partial`` the parameters are those it leaves open (one
+    it fixes by keyword is not the model's to set); a callable object's
+    hints are its ``__call__``'s.
 
     Args:
         fn: The function.
@@ -127,9 +150,16 @@ def function_schema(fn: Callable[..., Any], docs: Mapping[str, str]) -> tuple[An
     Raises:
         TypeError: a parameter's hint has no JSON schema, or ``fn`` takes
             ``*args`` / ``**kwargs``.
+
+    Example:
+        >>> def g(a: int, b: str) -> None: ...
+        >>> schema, bind = function_schema(functools.partial(g, b="x"), {})
+        >>> schema["properties"], bind({"a": 1.0})
+        ({'a': {'type': 'integer'}}, ([], {'a': 1}))
     """
     signature = inspect.signature(fn)
-    hints = typing.get_type_hints(fn, include_extras=True)
+    hints = typing.get_type_hints(_hinted(fn), include_extras=True)
+    fixed = _fixed_keywords(fn)
     positional = {  # positional-only parameters and their defaults, in order
         p.name: p.default for p in signature.parameters.values() if p.kind is p.POSITIONAL_ONLY
     }
@@ -137,7 +167,10 @@ def function_schema(fn: Callable[..., Any], docs: Mapping[str, str]) -> tuple[An
     def properties() -> Iterator[tuple[str, Any, Any]]:
         for param in signature.parameters.values():
             if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
-                raise TypeError(f"a tool cannot take *args or **kwargs: {fn.__name__}({param})")
+                name = getattr(fn, "__name__", repr(fn))
+                raise TypeError(f"a tool cannot take *args or **kwargs: {name}({param})")
+            if param.name in fixed:
+                continue
             if param.default is param.empty:
                 default = _REQUIRED
             else:
@@ -147,7 +180,13 @@ def function_schema(fn: Callable[..., Any], docs: Mapping[str, str]) -> tuple[An
     schema, converters = _object_schema(properties(), docs, ())
 
     def bind(arguments: Mapping[str, Any]) -> tuple[list[Any], dict[str, Any]]:
-        values = {k: converters[k](v) for k, v in arguments.items()}
+        values: dict[str, Any] = {}
+        for name, value in arguments.items():
+            try:
+                values[name] = converters[name](value)
+            except _CONVERSION_ERRORS as exc:
+                problem = f"argument {name!r}: {type(exc).__name__}: {exc}"
+                raise ConversionError(problem) from exc
         # Positional-only, in order, up to the last one given; one left out before it
         # takes its default (the schema has made sure it has one).
         given = [i for i, name in enumerate(positional) if name in values]
@@ -156,6 +195,29 @@ def function_schema(fn: Callable[..., Any], docs: Mapping[str, str]) -> tuple[An
         return args, values
 
     return schema, bind
+
+
+def _hinted(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """The function whose type hints describe calling ``fn``.
+
+    That is ``fn`` itself, a ``functools.partial``'s function, or a callable
+    object's ``__call__``.
+    """
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    if inspect.isroutine(fn) or isinstance(fn, type):
+        return fn
+    call: Callable[..., Any] = type(fn).__call__
+    return call
+
+
+def _fixed_keywords(fn: Callable[..., Any]) -> set[str]:
+    """The parameters a ``functools.partial`` fixes by keyword."""
+    fixed: set[str] = set()
+    while isinstance(fn, functools.partial):
+        fixed |= fn.keywords.keys()
+        fn = fn.func
+    return fixed
 
 
 def _object_schema(
@@ -227,9 +289,16 @@ def _union_schema(args: tuple[Any, ...], seen: tuple[type, ...]) -> tuple[dict[s
     def convert(value: Any) -> Any:
         if value is None and nullable:
             return None
-        for schema, inner in parts:
+        failure: Exception | None = None
+        for schema, inner in parts:  # the first member that takes the value
             if check(schema, value, "") is None:
-                return inner(value)
+                try:
+                    return inner(value)
+                except _CONVERSION_ERRORS as exc:  # "next week" for `date | str`
+                    if failure is None:
+                        failure = exc
+        if failure is not None:
+            raise failure
         return value
 
     return {"anyOf": any_of}, convert
@@ -256,20 +325,49 @@ def _with_null(schema: dict[str, Any]) -> dict[str, Any]:
     return {"anyOf": [schema, {"type": "null"}]}
 
 
-def _literal_schema(values: Sequence[Any]) -> dict[str, Any]:
+def _choices_schema(choices: Sequence[Any]) -> tuple[dict[str, Any], Converter]:
+    """The schema of ``Literal`` values or enum members, and the converter back to them.
+
+    The schema lists their JSON values (an enum member's value, a tuple as an
+    array); a JSON value matches as :func:`~rafrx._schema_check.json_equal` says.
+    """
+    pairs = []
+    for choice in choices:
+        try:
+            pairs.append((_as_json(choice), choice))
+        except (TypeError, ValueError):
+            raise TypeError(f"{choice!r} has no JSON form for a tool schema") from None
+    values = [value for value, _ in pairs]
     schema: dict[str, Any] = {}
     kinds = {json_type(v) for v in values}
     if len(kinds) == 1:
         schema["type"] = kinds.pop()
-    schema["enum"] = list(values)
-    return schema
+    schema["enum"] = values
+
+    def convert(value: Any) -> Any:
+        for json_value, choice in pairs:
+            if json_equal(value, json_value):
+                return choice
+        raise ValueError(f"expected one of {values}, got {show(value)}")
+
+    return schema, convert
+
+
+def _as_json(value: Any) -> Any:
+    """``value`` (an enum member as its value) as strict JSON gives it back.
+
+    Raises:
+        TypeError: it has no JSON form.
+        ValueError: it holds NaN or an infinity.
+    """
+    if isinstance(value, enum.Enum):
+        value = value.value
+    return json.loads(json.dumps(value, allow_nan=False))
 
 
 def _json_default_value(value: Any) -> Any:
-    if isinstance(value, enum.Enum):
-        value = value.value
+    """A default as the schema gives it; ``_NO_DEFAULT`` when it has no (strict) JSON form."""
     try:
-        json.dumps(value)
+        return _as_json(value)
     except (TypeError, ValueError):
         return _NO_DEFAULT
-    return value

@@ -4,7 +4,8 @@ Supported keywords: ``type`` (a name or a list of names), ``enum``,
 ``anyOf``/``oneOf``, ``items``/``prefixItems``/``minItems``/``maxItems``,
 ``properties``/``required``/``additionalProperties``. An integer is a
 ``number``, and a float with no fraction is an ``integer``; a boolean is
-never a number. Errors name the argument they are about.
+never a number. ``enum`` compares as JSON does (``1.0`` is ``1``, a list is
+the tuple it spells). Errors name the argument they are about.
 
 Example:
     >>> schema = {"type": "object", "properties": {"n": {"type": "integer"}},
@@ -20,10 +21,13 @@ Example:
 from __future__ import annotations
 
 import json
+import reprlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["check", "check_object", "json_type", "show"]
+__all__ = ["check", "check_object", "json_equal", "json_type", "show"]
+
+_SHOWN = 40  # characters of a value an error message shows
 
 
 def json_type(value: Any) -> str:
@@ -50,19 +54,50 @@ def json_type(value: Any) -> str:
     return type(value).__name__
 
 
+def json_equal(a: Any, b: Any) -> bool:
+    """Whether two parsed JSON values are the same JSON value.
+
+    Numbers compare by value (``1 == 1.0``) but a boolean is never a number,
+    and a tuple is the array it spells.
+
+    Example:
+        >>> json_equal(1.0, 1), json_equal(True, 1), json_equal((1, [2]), [1, (2,)])
+        (True, False, True)
+    """
+    kinds = json_type(a), json_type(b)
+    if set(kinds) <= {"integer", "number"}:
+        return bool(a == b)
+    if kinds[0] != kinds[1]:
+        return False
+    if kinds[0] == "array":
+        return len(a) == len(b) and all(json_equal(x, y) for x, y in zip(a, b, strict=True))
+    if kinds[0] == "object":
+        return a.keys() == b.keys() and all(json_equal(a[k], b[k]) for k in a)
+    return bool(a == b)
+
+
 def show(value: Any) -> str:
     """A value for an error message: its JSON type and its JSON text, cut at 40 characters.
+
+    Only as much of the value is rendered as is shown, however deeply it nests.
 
     Example:
         >>> show("x" * 50)
         'string "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx...'
     """
+    text = ""
     try:
-        text = json.dumps(value, ensure_ascii=False)
-    except (TypeError, ValueError):
-        text = repr(value)
-    if len(text) > 40:
-        text = text[:37] + "..."
+        for chunk in json.JSONEncoder(ensure_ascii=False).iterencode(value):
+            text += chunk
+            if len(text) > _SHOWN:
+                break
+    except (TypeError, ValueError):  # not JSON: a Python value, or one that holds itself
+        try:
+            text = repr(value)
+        except RecursionError:
+            text = reprlib.repr(value)  # bounded
+    if len(text) > _SHOWN:
+        text = text[: _SHOWN - 3] + "..."
     return f"{json_type(value)} {text}"
 
 
@@ -82,9 +117,7 @@ def check(schema: Mapping[str, Any] | bool, value: Any, path: str) -> str | None
     kinds = _kinds(schema)
     if kinds is not None and not _fits(value, kinds):
         return f"{_where(path)}expected {' or '.join(kinds)}, got {show(value)}"
-    if "enum" in schema and not any(
-        value == v and json_type(value) == json_type(v) for v in schema["enum"]
-    ):
+    if "enum" in schema and not any(json_equal(value, v) for v in schema["enum"]):
         options = ", ".join(json.dumps(v, ensure_ascii=False) for v in schema["enum"])
         return f"{_where(path)}expected one of {options}, got {show(value)}"
     for key in ("anyOf", "oneOf"):

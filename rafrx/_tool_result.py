@@ -1,7 +1,7 @@
 """The text a tool's return value is sent back to the model as.
 
 ``str`` goes as is; anything else as JSON, with the common Python values that
-JSON lacks given a JSON form.
+JSON lacks given a JSON form, as values and as dict keys.
 
 Example:
     >>> import datetime
@@ -28,28 +28,62 @@ __all__ = ["format_result"]
 def format_result(value: Any) -> str:
     """The text sent back to the model for a tool's return value.
 
-    ``str`` goes as is; anything else as JSON (enums as their value, attrs and
-    dataclass instances as objects, sets as lists, dates in ISO format).
+    ``str`` goes as is (a ``str`` subclass, such as a ``StrEnum`` member, as
+    its plain text); anything else as JSON (enums as their value, attrs and
+    dataclass instances as objects, sets as lists, dates in ISO format, dict
+    keys of those kinds as their JSON string).
 
     Raises:
         TypeError: the value has no JSON form.
+        ValueError: the value holds itself (a circular reference).
 
     Example:
         >>> format_result("done"), format_result({"n": 1, "ok": True}), format_result(None)
         ('done', '{"n": 1, "ok": true}', 'null')
+        >>> class Unit(enum.StrEnum):
+        ...     C = "celsius"
+        >>> format_result(Unit.C), format_result({Unit.C: 21.5})
+        ('celsius', '{"celsius": 21.5}')
     """
     if isinstance(value, str):
+        return str.__str__(value)  # not str(): a (str, Enum) member would show as 'Unit.C'
+    return json.dumps(_with_json_keys(value), ensure_ascii=False, default=_to_json)
+
+
+def _with_json_keys(value: Any, open_containers: frozenset[int] = frozenset()) -> Any:
+    """``value`` with every dict key that JSON lacks given its JSON form.
+
+    ``json.dumps`` calls ``default`` for values only, never for keys. A
+    container met again inside itself is left as is, for ``json.dumps`` to
+    report the circular reference.
+    """
+    if id(value) in open_containers or not isinstance(value, dict | list | tuple):
         return value
-    return json.dumps(value, ensure_ascii=False, default=_to_json)
+    inside = open_containers | {id(value)}
+    if isinstance(value, dict):
+        return {_key(k): _with_json_keys(v, inside) for k, v in value.items()}
+    return [_with_json_keys(item, inside) for item in value]
+
+
+def _key(key: Any) -> Any:
+    """A dict key as JSON takes it: as is, or its JSON form if that is a string or number."""
+    if key is None or isinstance(key, str | int | float):
+        return key
+    try:
+        form = _to_json(key)
+    except TypeError:
+        return key  # for json.dumps to refuse, naming the type
+    return form if form is None or isinstance(form, str | int | float) else key
 
 
 def _to_json(value: Any) -> Any:
     if isinstance(value, enum.Enum):
         return value.value
     if attrs.has(type(value)):
-        return attrs.asdict(value, recurse=False)
+        return _with_json_keys(attrs.asdict(value, recurse=False))
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
+        fields = {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
+        return _with_json_keys(fields)
     if isinstance(value, set | frozenset):
         return sorted(value, key=repr)
     if isinstance(value, datetime.date | datetime.time):

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import enum
 import json
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, final
 
@@ -58,6 +59,14 @@ class ToolCall:
 
     When the arguments were not valid JSON, ``arguments`` is ``None``,
     ``error`` says why and ``raw_arguments`` keeps the exact string.
+
+    On the wire the arguments are always strict JSON: a number JSON cannot
+    write (``1e400`` parses to infinity) goes as the raw text when the call
+    has it, else as ``null`` (as JavaScript's ``JSON.stringify`` does).
+
+    Example:
+        >>> ToolCall("c1", "f", {"big": float("inf"), "n": 1}).arguments_json()
+        '{"big": null, "n": 1}'
     """
 
     id: str
@@ -70,7 +79,23 @@ class ToolCall:
         """The arguments as the JSON string the wire formats carry."""
         if self.raw_arguments is not None and (self.error is not None or self.arguments is None):
             return self.raw_arguments
-        return json.dumps(self.arguments, ensure_ascii=False)
+        try:
+            return json.dumps(self.arguments, ensure_ascii=False, allow_nan=False)
+        except ValueError:  # NaN or an infinity: no JSON text
+            if self.raw_arguments is not None:
+                return self.raw_arguments
+            return json.dumps(_finite(self.arguments), ensure_ascii=False, allow_nan=False)
+
+
+def _finite(value: Any) -> Any:
+    """``value`` with each NaN or infinity made ``None``: what JSON can carry of it."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, Mapping):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
 
 
 def _tuple_or_none(value: Iterable[ToolCall] | None) -> tuple[ToolCall, ...] | None:
@@ -164,11 +189,19 @@ class ChatMessage:
         """Build a message from an OpenAI chat message dict.
 
         Content given as a list of parts is joined; tool-call arguments are
-        parsed (invalid JSON keeps the raw string and an ``error``).
+        parsed (invalid JSON keeps the raw string and an ``error``). The
+        ``developer`` role (OpenAI's name for system instructions to newer
+        models) is read as SYSTEM, and the legacy ``function`` role as TOOL.
+
+        Example:
+            >>> msg = ChatMessage.from_openai({"role": "developer", "content": "Be brief."})
+            >>> msg.role, msg.content
+            (<MessageRole.SYSTEM: 'system'>, 'Be brief.')
         """
         calls = data.get("tool_calls")
+        role = data["role"]
         return cls(
-            MessageRole(data["role"]),
+            _ROLE_ALIASES.get(role) or MessageRole(role),
             _text_of(data.get("content")),
             name=data.get("name"),
             tool_calls=None if calls is None else [_call_from_openai(c) for c in calls],
@@ -180,6 +213,10 @@ class ChatMessage:
         from rafrx.notebook import message_html
 
         return message_html(self)
+
+
+_ROLE_ALIASES = {"developer": MessageRole.SYSTEM, "function": MessageRole.TOOL}
+"""OpenAI chat roles that are another name for one of ours."""
 
 
 def _text_of(content: Any) -> str:
@@ -228,9 +265,13 @@ def to_anthropic(messages: Iterable[ChatMessage]) -> tuple[str | None, list[dict
     System messages are joined into ``system``; tool calls become
     ``tool_use`` blocks; consecutive tool results become one user message of
     ``tool_result`` blocks; thinking blocks kept in ``provider_data`` go first.
+    A message with nothing to send (an empty user message, an assistant turn
+    with no text, call or thinking block) is left out: Anthropic refuses an
+    empty content list.
 
     Example:
-        >>> system, wire = to_anthropic([ChatMessage.system("Be brief."), ChatMessage.user("Hi")])
+        >>> system, wire = to_anthropic(
+        ...     [ChatMessage.system("Be brief."), ChatMessage.user("Hi"), ChatMessage.user("")])
         >>> system, wire
         ('Be brief.', [{'role': 'user', 'content': [{'type': 'text', 'text': 'Hi'}]}])
     """
@@ -253,33 +294,40 @@ def to_anthropic(messages: Iterable[ChatMessage]) -> tuple[str | None, list[dict
         if msg.content:
             blocks.append({"type": "text", "text": msg.content})
         for call in msg.tool_calls or ():
-            # Anthropic requires an object; a call whose arguments were invalid JSON sends {}.
-            arguments = call.arguments if isinstance(call.arguments, Mapping) else {}
+            # Anthropic requires an object (a call whose arguments were invalid JSON sends {})
+            # of strict JSON (a NaN or infinity goes as null, as in ToolCall.arguments_json).
+            arguments = _finite(call.arguments) if isinstance(call.arguments, Mapping) else {}
             blocks.append(
                 {"type": "tool_use", "id": call.id, "name": call.name, "input": arguments}
             )
-        if blocks or msg.role is MessageRole.USER:
+        if blocks:  # else nothing Anthropic can take: an empty content list is refused
             out.append({"role": msg.role.value, "content": blocks})
-        # else an assistant turn with nothing Anthropic can take (no text, no calls, reasoning
-        # without a signed thinking block): an empty content list is refused, so it is left out.
     return ("\n\n".join(system) if system else None), out
 
 
 def _all_tool_results(blocks: list[dict[str, Any]]) -> bool:
-    # An empty user message is not a run of tool results: merging into it would lose it.
-    return bool(blocks) and all(b.get("type") == "tool_result" for b in blocks)
+    """Whether a wire user message is a run of tool results (that a next result joins)."""
+    return all(b.get("type") == "tool_result" for b in blocks)
 
 
-def from_anthropic(system: str | None, messages: Iterable[Mapping[str, Any]]) -> list[ChatMessage]:
+def from_anthropic(
+    system: str | Iterable[Mapping[str, Any]] | None, messages: Iterable[Mapping[str, Any]]
+) -> list[ChatMessage]:
     """Rebuild :class:`ChatMessage` values from Anthropic's ``(system, messages)``.
 
     The inverse of :func:`to_anthropic`: tool_result blocks become one TOOL
     message each (followed by a user message with any text sent beside them),
-    thinking blocks go back into ``provider_data``.
+    thinking blocks go back into ``provider_data``. A ``system`` given as a
+    list of text blocks (as for prompt caching) becomes one system message of
+    their text.
+
+    Example:
+        >>> from_anthropic([{"type": "text", "text": "Be brief."}], [])[0].content
+        'Be brief.'
     """
     out: list[ChatMessage] = []
     if system is not None:
-        out.append(ChatMessage.system(system))
+        out.append(ChatMessage.system(_text_of(system)))
     for msg in messages:
         content = msg["content"]
         if isinstance(content, str):

@@ -7,7 +7,9 @@ schema of the parameters comes from the type hints (``str``, ``int``,
 ``X | None``, ``Literal``, ``Enum``, attrs classes, ``datetime``/``date`` as
 ISO strings, ``Annotated[X, "doc"]``)
 with per-parameter descriptions from a Google-style ``Args:`` section.
-Parameters with a default are optional.
+Parameters with a default are optional. A ``functools.partial`` or a
+callable object works too: the parameters the partial leaves open, typed
+by the hints of its function (of the object's ``__call__``).
 
 Example:
     >>> @tool
@@ -48,6 +50,7 @@ async functions) and ``rafrx._tool_result`` (:func:`format_result`).
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import re
 from collections.abc import Callable, Mapping
@@ -57,7 +60,7 @@ import attrs
 
 from rafrx._call import call_function, is_async
 from rafrx._docstrings import parse_docstring
-from rafrx._schema import Binder, function_schema
+from rafrx._schema import Binder, ConversionError, function_schema
 from rafrx._schema_check import check, check_object, show
 from rafrx._tool_result import format_result
 from rafrx.errors import (
@@ -188,7 +191,9 @@ class Tool:
 
         Raises:
             InvalidToolArguments: listing every problem (missing required,
-                unexpected, wrong type), each naming the argument.
+                unexpected, wrong type), each naming the argument; or naming
+                the argument that fits the schema but not the type hint (an
+                ISO string that is no date, an int too large for a float).
         """
         args, kwargs = self._bind(arguments)
         if args:
@@ -211,8 +216,8 @@ class Tool:
             return [], dict(arguments)
         try:
             return self._binder(arguments)
-        except (TypeError, ValueError) as exc:
-            raise self._invalid(f"{type(exc).__name__}: {exc}") from exc
+        except ConversionError as exc:
+            raise self._invalid(str(exc)) from exc
 
     def _invalid(self, problem: str) -> InvalidToolArguments:
         return InvalidToolArguments(
@@ -273,10 +278,16 @@ def _make_tool(
     requires_approval: bool,
     timeout: float | None,
 ) -> Tool:
-    summary, docs = parse_docstring(inspect.getdoc(fn))
+    described = fn  # what has the name and docstring: a partial's function
+    while isinstance(described, functools.partial):
+        described = described.func
+    doc = inspect.getdoc(described)
+    if doc is None and not (inspect.isroutine(described) or isinstance(described, type)):
+        doc = inspect.getdoc(type(described).__call__)  # a callable object's method
+    summary, docs = parse_docstring(doc)
     schema, binder = function_schema(fn, docs)
     return Tool(
-        name or str(getattr(fn, "__name__", type(fn).__name__)),
+        name or str(getattr(described, "__name__", type(described).__name__)),
         summary if description is None else description,
         schema,
         fn,
@@ -287,7 +298,15 @@ def _make_tool(
 
 
 @overload
-def tool(fn: Callable[..., Any], /) -> Tool: ...
+def tool(
+    fn: Callable[..., Any],
+    /,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    requires_approval: bool = False,
+    timeout: float | None = None,
+) -> Tool: ...
 
 
 @overload
@@ -312,8 +331,10 @@ def tool(
     """Make a :class:`Tool` of a sync or async function; use bare or with options.
 
     Args:
-        fn: The function (when used as ``@tool``).
-        name: The tool's name; the function's name by default.
+        fn: The function (when used as ``@tool``), a ``functools.partial``
+            or a callable object.
+        name: The tool's name; the function's name by default (a partial's
+            function's, a callable object's class's).
         description: Overrides the docstring's first paragraph.
         requires_approval: Ask the approver before each call.
         timeout: Seconds a call may take.
@@ -329,6 +350,16 @@ def tool(
         ...     return f"deleted {path}"
         >>> delete_file.requires_approval, delete_file.timeout, delete_file.to_anthropic()["name"]
         (True, 5, 'delete_file')
+
+        A partial is described by its function; what it fixes by keyword is
+        not the model's to set:
+
+        >>> def search(query: str, api_key: str) -> str:
+        ...     '''Search the web.'''
+        ...     return query
+        >>> web = tool(functools.partial(search, api_key="sk-..."))
+        >>> web.name, web.description, list(web.parameters["properties"])
+        ('search', 'Search the web.', ['query'])
     """
     if fn is not None:
         return _make_tool(fn, name, description, requires_approval, timeout)

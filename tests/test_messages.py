@@ -7,7 +7,7 @@ from typing import Any
 
 import attrs
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 
 from rafrx.messages import (
     ANTHROPIC_THINKING,
@@ -238,7 +238,19 @@ def test_invalid_arguments_survive_a_round_trip_byte_exact() -> None:
 def test_openai_round_trip(msg: ChatMessage) -> None:
     wire = msg.to_openai()
     assert json.loads(json.dumps(wire)) == wire  # plain JSON
+    for call in wire.get("tool_calls") or ():
+        json.loads(call["function"]["arguments"], parse_constant=_refuse)  # strict JSON
+    # an infinity goes as null (JSON has none), so only finite arguments come back equal
+    assume(all(_is_strict_json(c.arguments) for c in msg.tool_calls or ()))
     assert ChatMessage.from_openai(wire) == msg
+
+
+def _is_strict_json(value: Any) -> bool:
+    try:
+        json.dumps(value, allow_nan=False)
+    except ValueError:
+        return False
+    return True
 
 
 @settings(max_examples=50, deadline=None)
@@ -247,7 +259,12 @@ def test_openai_arguments_are_a_json_string_that_parses_back(arguments: dict[str
     wire = ChatMessage.assistant_with_tools("", [ToolCall("c", "f", arguments)]).to_openai()
     encoded = wire["tool_calls"][0]["function"]["arguments"]
     assert isinstance(encoded, str)
-    assert json.loads(encoded) == arguments
+    strict = json.loads(encoded, parse_constant=_refuse)  # no NaN/Infinity: strict JSON
+    assert strict == json.loads(json.dumps(arguments), parse_constant=lambda _: None)  # inf: null
+
+
+def _refuse(constant: str) -> Any:
+    raise ValueError(f"not JSON: {constant}")
 
 
 # ---------------------------------------------------------------- Anthropic wire
@@ -299,11 +316,26 @@ def test_to_anthropic_tool_use_and_merged_tool_results() -> None:
 
 
 def test_tool_results_never_merge_into_a_user_message() -> None:
-    for user in (ChatMessage.user("look"), ChatMessage.user("")):
-        msgs = [user, ChatMessage.tool("r", "c1", source=None)]
-        _, wire = to_anthropic(msgs)
-        assert len(wire) == 2
-        assert from_anthropic(*to_anthropic(msgs)) == msgs
+    msgs = [ChatMessage.user("look"), ChatMessage.tool("r", "c1", source=None)]
+    _, wire = to_anthropic(msgs)
+    assert len(wire) == 2
+    assert from_anthropic(*to_anthropic(msgs)) == msgs
+
+
+def test_an_empty_user_message_is_left_out_of_the_anthropic_messages() -> None:
+    # Anthropic refuses an empty content list; the tool results around it are one run.
+    a, b = ChatMessage.tool("a", "c1", source=None), ChatMessage.tool("b", "c2", source=None)
+    _, wire = to_anthropic([a, ChatMessage.user(""), b])
+    assert wire == [
+        {
+            "role": "user",
+            "content": [
+                {"type": "tool_result", "tool_use_id": "c1", "content": "a"},
+                {"type": "tool_result", "tool_use_id": "c2", "content": "b"},
+            ],
+        }
+    ]
+    assert from_anthropic(None, wire) == [a, b]
 
 
 def test_from_anthropic_reads_string_content_and_tool_result_parts() -> None:
@@ -346,10 +378,15 @@ def test_from_anthropic_keeps_thinking_blocks_as_provider_data() -> None:
 @given(anthropic_conversations())
 def test_anthropic_round_trip_keeps_every_field(msgs: list[ChatMessage]) -> None:
     system, wire = to_anthropic(msgs)
-    assert json.loads(json.dumps(wire)) == wire  # plain JSON
+    assert json.loads(json.dumps(wire, allow_nan=False)) == wire  # strict JSON
     for message in wire:  # roles alternate no more than the input did; no empty tool runs
         assert message["role"] in ("user", "assistant")
-    assert from_anthropic(system, wire) == msgs
+        assert message["content"]
+    # every field comes back, of every message Anthropic can carry (not an empty user one,
+    # nor an infinity in the arguments: it goes as null)
+    assume(all(_is_strict_json(c.arguments) for m in msgs for c in m.tool_calls or ()))
+    sent = [m for m in msgs if m.content or m.role is not MessageRole.USER]
+    assert from_anthropic(system, wire) == sent
 
 
 def test_to_anthropic_sends_an_object_for_a_call_with_invalid_arguments() -> None:
