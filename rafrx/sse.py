@@ -25,9 +25,20 @@ ServerSentEvent(event='message', data='{"n": 2}', id='1', retry=None)]
 
 Memory is bounded: a line longer than ``max_line_bytes`` or an event whose
 data is longer than ``max_event_bytes`` (both counted in UTF-8 bytes) raises
-:class:`~rafrx.errors.LimitExceeded` from the ``feed()`` call whose chunk
-carries it over the limit, so the decoder never holds much more than the
-limits plus one chunk.
+:class:`~rafrx.errors.LimitExceeded` as soon as a chunk carries it over the
+limit, so the decoder never holds much more than the limits plus one chunk.
+The events completed before the offending line or event come first, however
+the body is split: ``feed()`` returns them and keeps the error for the next
+``feed()`` or ``close()`` (:attr:`SSEDecoder.error` tells a reader to stop):
+
+    >>> decoder = SSEDecoder(max_line_bytes=16)
+    >>> [e.data for e in decoder.feed(b"data: ok\\n\\ndata: " + b"x" * 20)]
+    ['ok']
+    >>> decoder.close()
+    Traceback (most recent call last):
+    ...
+    rafrx.errors.LimitExceeded: SSE line longer than max_line_bytes=16 bytes (is the response \
+really an event stream?)
 """
 
 from __future__ import annotations
@@ -165,7 +176,6 @@ class SSEDecoder:
     __slots__ = (
         "_at_start",
         "_data",
-        "_data_counted",
         "_data_size",
         "_error",
         "_event_type",
@@ -175,6 +185,7 @@ class SSEDecoder:
         "_lone_chars",
         "_max_event",
         "_max_line",
+        "_pending",
         "_pieces",
         "_retry",
         "_skip_lf",
@@ -199,13 +210,13 @@ class SSEDecoder:
     def _reset(self) -> None:
         """Start a new stream: drop everything not committed."""
         self._error: LimitExceeded | None = None  # set: refuse input until close()
+        self._pending = False  # _error not raised yet: feed() returned the events before it
         self._held = b""  # the first bytes of a character split across chunks
         self._at_start = True  # a BOM may still come
         self._skip_lf = False  # the last chunk ended in CR: drop a leading LF
         self._pieces: list[str] = []  # the unfinished line
         self._tail_bytes = 0  # its UTF-8 length
         self._data: list[str] = []  # data lines of the event being built
-        self._data_counted = 0  # how many of them _data_size covers (reset on dispatch)
         self._data_size = 0  # their UTF-8 length, with a "\n" each
         self._event_type = ""
         self._id_buffer = self._last_id
@@ -223,6 +234,17 @@ class SSEDecoder:
         """The reconnection time in milliseconds set by the stream, or ``None``."""
         return self._retry
 
+    @property
+    def error(self) -> LimitExceeded | None:
+        """The limit this stream exceeded, or ``None``; reset by :meth:`close`.
+
+        Once set, :meth:`feed` raises it. It can be set by a :meth:`feed` that
+        returned events (those completed before the offending line or event):
+        a reader should then stop reading and call :meth:`close`, which raises
+        it.
+        """
+        return self._error
+
     def feed(self, chunk: bytes) -> list[ServerSentEvent]:
         """Decode the next piece of the body.
 
@@ -230,15 +252,20 @@ class SSEDecoder:
             chunk: Bytes, split anywhere.
 
         Returns:
-            The events completed by this chunk, in order.
+            The events completed by this chunk, in order. When the chunk
+            completes events and then exceeds a limit, those events are
+            returned and the error is kept in :attr:`error`, to be raised by
+            the next ``feed()`` or :meth:`close`: what comes before the
+            failure is the same however the body is split.
 
         Raises:
-            LimitExceeded: A line or an event grew past its limit. Events
-                completed earlier in the same chunk are dropped with it (and
-                :attr:`last_event_id` stays what it was before the chunk); the
-                decoder then refuses further input until :meth:`close`.
+            LimitExceeded: A line or an event grew past its limit (and no
+                event came before it in this chunk), or an earlier chunk did.
+                :attr:`last_event_id` is that of the events before it; the
+                decoder refuses further input until :meth:`close`.
         """
         if self._error is not None:
+            self._pending = False
             raise self._error
         # Incremental UTF-8 decoding, as codecs.getincrementaldecoder("utf-8")
         # does it (same primitive, same result) minus a Python-level layer.
@@ -267,16 +294,18 @@ class SSEDecoder:
                 self._last_id = last_id = self._id_buffer
                 self._event_type = ""
                 return [_make_event(usual[0] or "message", usual[1], last_id, self._retry)]
-        committed = self._last_id
+        events: list[ServerSentEvent] = []
         try:
             if "\n" not in text:  # the line goes on
                 self._add_piece(text)
-                return []
-            return self._process(text)
+            else:
+                self._process(text, events)
         except LimitExceeded as err:
-            self._last_id = committed  # the chunk's events are dropped: their ids are not seen
             self._fail(err)
-            raise
+            if not events:
+                raise
+            self._pending = True
+        return events
 
     def close(self) -> list[ServerSentEvent]:
         """End the stream.
@@ -288,8 +317,15 @@ class SSEDecoder:
 
         Returns:
             Always an empty list.
+
+        Raises:
+            LimitExceeded: The :attr:`error` kept by :meth:`feed` and not
+                raised yet (the decoder is reset all the same).
         """
+        pending = self._error if self._pending else None
         self._reset()
+        if pending is not None:
+            raise pending
         return []
 
     # ------------------------------------------------------------ internals
@@ -308,16 +344,22 @@ class SSEDecoder:
         self._skip_lf = False
         return text
 
-    def _process(self, text: str) -> list[ServerSentEvent]:
+    def _process(self, text: str, events: list[ServerSentEvent]) -> None:
         """Interpret LF-normalised text holding at least one line end.
 
         The text is cut at blank lines into blocks; the common block shapes
         (``data: ...`` and ``event: ...`` + ``data: ...``) become events right
         here, on local variables; anything else goes line by line through
-        :meth:`_lines`.
+        :meth:`_lines`. The events are appended to ``events``. On a limit
+        error, ``events`` holds those before it, and :attr:`last_event_id` and
+        :attr:`retry` are as they were at the line that crossed the limit.
         """
         if self._tail_bytes + (len(text) if text.isascii() else 4 * len(text)) > self._max_line:
-            self._check_line_lengths(text)
+            at = self._long_line_at(text)
+            if at >= 0:
+                if at:  # the complete lines before it, as if they had come alone
+                    self._process(text[:at], events)
+                self._line_too_long()
         blocks = text.split("\n\n")  # all but the last are followed by a blank line
         last = blocks.pop()
         if self._pieces:  # complete the line begun in earlier chunks
@@ -331,7 +373,6 @@ class SSEDecoder:
             self._pieces = []
             self._tail_bytes = 0
 
-        events: list[ServerSentEvent] = []
         if blocks:
             append_event = events.append
             new, cls = _new, ServerSentEvent
@@ -379,14 +420,15 @@ class SSEDecoder:
                     retry = self._retry
                     continue
                 # the blank line after the block: dispatch
-                last_id = id_buffer
                 if data:  # data lines from an earlier chunk
                     data.append(value)
                     value = "\n".join(data)
                     data = []
-                    self._data_counted = self._data_size = 0
+                    self._data_size = 0
                 if len(value) > quarter:
+                    self._last_id = last_id  # if it is too big, its id is not committed
                     self._check_event_size(value)
+                last_id = id_buffer
                 event = new(cls)  # what ServerSentEvent(...) does, faster
                 set_event(event, etype or "message")
                 set_data(event, value)
@@ -409,26 +451,28 @@ class SSEDecoder:
                 self._line_too_long()
             self._pieces = [last]
             self._tail_bytes = size
-        if self._data:
-            self._check_pending_data()
-        return events
 
     def _lines(self, lines: list[str], events: list[ServerSentEvent]) -> None:
-        """Interpret complete lines one by one, appending dispatched events."""
+        """Interpret complete lines one by one, appending dispatched events.
+
+        The event's data is measured line by line, so that it fails at the
+        data line that carries it past the limit, however the body is split
+        (with :attr:`last_event_id` and :attr:`retry` as they were then).
+        """
         data = self._data
+        size = self._data_size
         event_type = self._event_type
         id_buffer = self._id_buffer
         last_id = self._last_id
         retry = self._retry
         for line in lines:
             if not line:  # blank line: dispatch
-                last_id = id_buffer
                 if data:
                     value = "\n".join(data)
-                    self._check_event_size(value)
-                    events.append(_make_event(event_type or "message", value, last_id, retry))
+                    events.append(_make_event(event_type or "message", value, id_buffer, retry))
                     data = []
-                    self._data_counted = self._data_size = 0
+                    size = 0
+                last_id = id_buffer
                 event_type = ""
                 continue
             colon = line.find(":")
@@ -443,6 +487,10 @@ class SSEDecoder:
                 value = ""
             if name == "data":
                 data.append(value)
+                size += (len(value) if value.isascii() else _utf8_len(value)) + 1
+                if size - 1 > self._max_event:
+                    self._last_id, self._retry = last_id, retry
+                    self._event_too_big()
             elif name == "event":
                 event_type = value
             elif name == "id":
@@ -454,6 +502,7 @@ class SSEDecoder:
                     retry = parsed
             # any other field is ignored
         self._data = data
+        self._data_size = size
         self._event_type = event_type
         self._id_buffer = id_buffer
         self._last_id = last_id
@@ -467,13 +516,19 @@ class SSEDecoder:
         self._pieces.append(piece)
         self._tail_bytes = size
 
-    def _check_line_lengths(self, text: str) -> None:
-        """Exact check of the lines that ``text`` completes (rarely needed)."""
+    def _long_line_at(self, text: str) -> int:
+        """Where the first line that ``text`` completes past the limit starts; -1 if none.
+
+        An exact check, rarely needed: only when ``text`` could hold such a line.
+        """
         lines = text.split("\n")
-        lines.pop()  # unfinished: _add_piece() checks it
-        longest = max(self._tail_bytes + _utf8_len(lines[0]), *map(_utf8_len, lines))
-        if longest > self._max_line:
-            self._line_too_long()
+        lines.pop()  # unfinished: checked by the caller
+        sizes = [*map(_utf8_len, lines)]
+        sizes[0] += self._tail_bytes
+        if max(sizes) <= self._max_line:
+            return -1
+        index = next(i for i, size in enumerate(sizes) if size > self._max_line)
+        return sum(map(len, lines[:index])) + index  # the lengths and line ends before it
 
     def _line_too_long(self) -> None:
         raise LimitExceeded(
@@ -484,16 +539,6 @@ class SSEDecoder:
 
     def _check_event_size(self, value: str) -> None:
         if len(value) > self._max_event >> 2 and _utf8_len(value) > self._max_event:
-            self._event_too_big()
-
-    def _check_pending_data(self) -> None:
-        """Count the data lines added since the last check (linear overall)."""
-        data = self._data
-        new = data[self._data_counted :]
-        size = self._data_size + sum(map(_utf8_len, new)) + len(new)
-        self._data_counted = len(data)
-        self._data_size = size
-        if size - 1 > self._max_event:
             self._event_too_big()
 
     def _event_too_big(self) -> None:
@@ -563,6 +608,9 @@ def iter_events(
     Yields:
         Each event as soon as its blank line has arrived.
 
+    Raises:
+        LimitExceeded: After the events before it; no chunk is read past it.
+
     Example:
         >>> [e.data for e in iter_events([b"data: 1\\n", b"\\ndata: 2\\n\\n"])]
         ['1', '2']
@@ -572,6 +620,8 @@ def iter_events(
     feed = decoder.feed
     for chunk in chunks:
         yield from feed(chunk)
+        if decoder.error is not None:
+            break
     yield from decoder.close()
 
 
@@ -586,6 +636,9 @@ async def aiter_events(
 
     Yields:
         Each event as soon as its blank line has arrived.
+
+    Raises:
+        LimitExceeded: After the events before it; no chunk is awaited past it.
     """
     if decoder is None:
         decoder = SSEDecoder()
@@ -593,5 +646,7 @@ async def aiter_events(
     async for chunk in chunks:
         for event in feed(chunk):
             yield event
+        if decoder.error is not None:
+            break
     for event in decoder.close():
         yield event

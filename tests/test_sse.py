@@ -10,7 +10,7 @@ import json
 import random
 import re
 import tracemalloc
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 from unittest import mock
@@ -389,10 +389,17 @@ def test_huge_line_raises_before_buffering_past_the_limit() -> None:
     assert peak < 1.5 * MiB, peak  # about the limit, not the 2 MiB sent
 
 
-def test_huge_line_inside_one_chunk_raises() -> None:
+def test_huge_line_inside_one_chunk_raises_after_the_events_before_it() -> None:
     decoder = SSEDecoder(max_line_bytes=1 * MiB)
-    with pytest.raises(LimitExceeded):
-        decoder.feed(b"data: ok\n\ndata: " + b"x" * (2 * MiB) + b"\n\n")
+    events = decoder.feed(b"data: ok\n\ndata: " + b"x" * (2 * MiB) + b"\n\ndata: after\n\n")
+    assert events == [ServerSentEvent(data="ok")]
+    error = decoder.error
+    assert error is not None
+    assert error.limit == 1 * MiB
+    with pytest.raises(LimitExceeded) as info:
+        decoder.close()
+    assert info.value is error
+    assert decoder.error is None  # close() resets the decoder
 
 
 def test_long_comment_line_counts_too() -> None:
@@ -470,19 +477,111 @@ def test_after_limit_error_decoder_refuses_until_close() -> None:
 
 
 def test_an_unfinished_line_past_the_limit_after_complete_lines_raises() -> None:
-    """A chunk completing an event, then starting a line already longer than the limit."""
+    """A chunk completing an event, then starting a line already longer than the limit:
+    the event is returned, and the next feed() raises the error kept for it."""
     decoder = SSEDecoder(max_line_bytes=16)
-    with pytest.raises(LimitExceeded) as info:
-        decoder.feed(b"event: a\ndata: ok\n\ndata: " + b"x" * 11)  # 17 bytes, no line end yet
-    assert info.value.limit == 16
-    assert str(info.value) == (
+    events = decoder.feed(b"event: a\ndata: ok\n\ndata: " + b"x" * 11)  # 17 bytes, no line end
+    assert events == [ServerSentEvent(event="a", data="ok")]
+    error = decoder.error
+    assert error is not None
+    assert error.limit == 16
+    assert str(error) == (
         "SSE line longer than max_line_bytes=16 bytes (is the response really an event stream?)"
     )
+    with pytest.raises(LimitExceeded) as info:
+        decoder.feed(b"\n\n")
+    assert info.value is error
     with pytest.raises(LimitExceeded) as again:
         decoder.feed(b"\n\n")
-    assert again.value is info.value
-    decoder.close()
+    assert again.value is error
+    assert decoder.close() == []  # raised already: close() only resets
     assert decoder.feed(b"data: " + b"x" * 10 + b"\n\n") == [ServerSentEvent(data="x" * 10)]
+
+
+LimitedOutcome = tuple[list[tuple[str, str, str]], tuple[int, str] | None, str, int | None]
+
+
+def decode_limited(chunks: Iterable[bytes], decoder: SSEDecoder) -> LimitedOutcome:
+    """Events, the limit error (its limit and message) if any, last event ID, retry."""
+    events: list[ServerSentEvent] = []
+    error = None
+    try:
+        for chunk in chunks:
+            events += decoder.feed(chunk)
+            if decoder.error is not None:
+                break
+        decoder.close()
+    except LimitExceeded as err:
+        error = (err.limit, str(err))
+    shown = [(e.event, e.data, e.id) for e in events]
+    return shown, error, decoder.last_event_id, decoder.retry
+
+
+_OVERSIZED = st.one_of(
+    st.builds(lambda n: "data: " + "x" * n, st.integers(0, 40)),  # a long line
+    st.builds(lambda k: "\n".join(["data: yyyy"] * k), st.integers(1, 8)),  # a big event
+)
+
+
+@MANY
+@given(
+    blocks=st.lists(_BLOCKS | _OVERSIZED, max_size=8),
+    tail=st.sampled_from(["", "data: cut", "data: " + "z" * 40]),
+    max_line=st.integers(10, 40),
+    max_event=st.integers(4, 40),
+    data=st.data(),
+)
+def test_a_limit_error_comes_after_the_same_events_however_the_body_is_split(
+    blocks: list[str], tail: str, max_line: int, max_event: int, data: st.DataObject
+) -> None:
+    """Events completed before the offending line or event are delivered, then
+    LimitExceeded, whether they share a chunk with it or not."""
+    raw = ("".join(block + "\n\n" for block in blocks) + tail).encode()
+
+    def run(chunks: list[bytes]) -> LimitedOutcome:
+        return decode_limited(
+            chunks, SSEDecoder(max_line_bytes=max_line, max_event_bytes=max_event)
+        )
+
+    whole = run([raw])
+    assert run(one_byte_chunks(raw)) == whole
+    assert run(split_after(raw, b"\n")) == whole
+    assert run(split_after(raw, b"\n\n")) == whole
+    offsets = data.draw(st.lists(st.integers(0, len(raw)), max_size=8), label="offsets")
+    assert run(cut(raw, offsets)) == whole
+
+
+def test_iter_events_yields_the_events_before_a_limit_error_and_reads_no_further() -> None:
+    read: list[bytes] = []
+
+    def chunks() -> Iterator[bytes]:
+        for chunk in (b"data: a\n\ndata: " + b"x" * 20 + b"\n\n", b"data: b\n\n"):
+            read.append(chunk)
+            yield chunk
+
+    events = iter_events(chunks(), decoder=SSEDecoder(max_line_bytes=16))
+    assert next(events).data == "a"
+    with pytest.raises(LimitExceeded):
+        next(events)
+    assert len(read) == 1
+
+
+@pytest.mark.asyncio
+async def test_aiter_events_raises_a_limit_error_without_awaiting_more_input() -> None:
+    """The events before the error, then the error, while the body stays open."""
+    more = asyncio.Event()
+
+    async def chunks() -> AsyncIterator[bytes]:
+        yield b"data: a\n\ndata: " + b"x" * 20
+        await more.wait()  # a server that sends nothing more
+        yield b"\n\n"
+
+    body = chunks()
+    events = aiter_events(body, decoder=SSEDecoder(max_line_bytes=16))
+    assert (await anext(events)).data == "a"
+    with pytest.raises(LimitExceeded):
+        await asyncio.wait_for(anext(events), 5)
+    await body.aclose()
 
 
 def test_one_mib_data_line_in_small_chunks() -> None:
@@ -748,20 +847,21 @@ def test_public_names() -> None:
 @pytest.mark.parametrize(
     ("limits", "chunk"),
     [
-        ({"max_line_bytes": 16}, b"id: 7\ndata: ok\n\ndata: " + b"x" * 11),
-        ({"max_event_bytes": 8}, b"id: 7\ndata: ok\n\ndata: 123456789\n"),
-        ({"max_event_bytes": 8}, b"id: 7\ndata: ok\n\ndata: 123456789\n\n"),
+        ({"max_line_bytes": 16}, b"id: 7\ndata: ok\n\nid: 8\ndata: " + b"x" * 11),
+        ({"max_event_bytes": 8}, b"id: 7\ndata: ok\n\nid: 8\ndata: 123456789\n"),
+        ({"max_event_bytes": 8}, b"id: 7\ndata: ok\n\nid: 8\ndata: 123456789\n\n"),
     ],
     ids=["unfinished-line", "pending-data", "next-event"],
 )
-def test_a_failed_feed_does_not_commit_the_id_of_an_event_it_dropped(
+def test_a_limit_error_keeps_the_events_before_it_and_commits_no_later_id(
     limits: dict[str, int], chunk: bytes
 ) -> None:
-    """feed() raises LimitExceeded and drops the events completed in the chunk: last_event_id
-    (what a reconnection sends) must not name one of them, or it would never be seen."""
+    """The event before the offending line or event is returned, with its id committed;
+    the id of the event that failed is not (what a reconnection sends as
+    Last-Event-ID must name the last event actually delivered)."""
     decoder = SSEDecoder(**limits)
+    assert decoder.feed(chunk) == [ServerSentEvent(data="ok", id="7")]
+    assert decoder.last_event_id == "7"
     with pytest.raises(LimitExceeded):
-        decoder.feed(chunk)
-    assert decoder.last_event_id == ""
-    decoder.close()
-    assert decoder.last_event_id == ""
+        decoder.close()
+    assert decoder.last_event_id == "7"

@@ -27,11 +27,13 @@ class UpdateDecoder:
     is true and call :meth:`close` (which raises the stream's error, if any).
 
     When an event fails (a :class:`~rafrx.errors.ProviderError` or
-    :class:`~rafrx.errors.MalformedEvent` from the dialect) after other events
-    of the same chunk produced updates, :meth:`feed` returns those updates
-    first and keeps the error: :attr:`done` becomes true and the next
-    :meth:`feed` or :meth:`close` raises it. So nothing received before an
-    error is lost, and the usual loop needs no special case::
+    :class:`~rafrx.errors.MalformedEvent` from the dialect), or a line or an
+    event exceeds its limit (:class:`~rafrx.errors.LimitExceeded`), after
+    other events of the same chunk produced updates, :meth:`feed` returns
+    those updates first and keeps the error: :attr:`done` becomes true and
+    the next :meth:`feed` or :meth:`close` raises it. So nothing received
+    before an error is lost, whatever the chunking, and the usual loop needs
+    no special case::
 
         for chunk in body:
             for update in decoder.feed(chunk):
@@ -40,6 +42,18 @@ class UpdateDecoder:
                 break
         for update in decoder.close():  # raises IncompleteStream, ProviderError ...
             deliver(update)
+
+    For example, an event and then a line past the limit, in one read:
+
+    >>> decoder = UpdateDecoder("openai-chat", max_line_bytes=64)
+    >>> decoder.feed(b'data: {"choices": [{"delta": {"content": "Hi"}}]}\\n\\ndata: ' + b"x" * 99)
+    [TextDelta(delta='Hi')]
+    >>> decoder.done
+    True
+    >>> decoder.close()  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    rafrx.errors.LimitExceeded: SSE line longer than max_line_bytes=64 bytes ...
 
     Args:
         dialect: A name from :data:`~rafrx.sources.dialects.DIALECTS`, or a
@@ -81,8 +95,9 @@ class UpdateDecoder:
         dialect = self._dialect
         if dialect.done:
             return []
-        events = self._sse.feed(chunk)
-        if len(events) == 1:  # a live stream's usual read: nothing before it to keep
+        sse = self._sse
+        events = sse.feed(chunk)
+        if len(events) == 1 and sse.error is None:  # a live stream's usual read
             return dialect.feed(events[0])
         out: list[AgentResponseUpdate] = []
         feed = dialect.feed
@@ -95,7 +110,11 @@ class UpdateDecoder:
                 self._error = err
                 return out
             if dialect.done:
-                break  # whatever follows the terminal marker is ignored
+                return out  # whatever follows the terminal marker is ignored
+        if sse.error is not None:  # a limit exceeded after these events
+            self._error = sse.error
+            if not out:
+                raise sse.error
         return out
 
     def close(self) -> list[AgentResponseUpdate]:
@@ -107,5 +126,6 @@ class UpdateDecoder:
         """
         if self._error is not None:
             raise self._error
-        self._sse.close()
+        # No SSEDecoder.close(): an unfinished event is dropped anyway, and a limit
+        # exceeded after the terminal marker is not an error (feed() kept any other).
         return self._dialect.close()

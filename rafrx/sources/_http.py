@@ -11,16 +11,18 @@ Failures become typed :mod:`rafrx.errors`:
 ============================================  ==============================
 what happened                                 error
 ============================================  ==============================
-status >= 400                                 :class:`~rafrx.errors.HTTPStatusError`
+status >= 400, or a redirect (not followed)   :class:`~rafrx.errors.HTTPStatusError`
 not ``text/event-stream``                     :class:`~rafrx.errors.ContentTypeError`
 refused, DNS, reset before the response       :class:`~rafrx.errors.TransportError`
 no connection / headers in time               :class:`~rafrx.errors.ConnectTimeout`
 silence between chunks for ``idle`` seconds   :class:`~rafrx.errors.IdleTimeout`
 connection lost mid-body                      :class:`~rafrx.errors.StreamInterrupted`
 EOF without the terminal marker               :class:`~rafrx.errors.IncompleteStream`
+the client's ``aclose()`` mid-call            :class:`~rafrx.errors.TransportError`
 ============================================  ==============================
 
-Secrets (API keys) are replaced by ``***`` in every error message and body.
+Secrets (API keys) are replaced by ``***`` in every error message and body,
+and no error is chained to aiohttp's exceptions (which hold the request headers).
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ import math
 import random
 import threading
 import time
-from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Mapping, Sequence
 from typing import Any, Final, final
 
 import aiohttp
@@ -111,7 +113,7 @@ class RetryPolicy:
     yet, so nothing is ever duplicated. The wait is the server's
     ``retry-after-ms`` / ``Retry-After`` (seconds or an HTTP date) when given,
     else exponential backoff; a server asking for more than
-    ``max_retry_after`` seconds is not retried.
+    ``max_retry_after`` seconds (``inf`` included) is not retried.
 
     Example:
         >>> policy = RetryPolicy(initial_backoff=0.5, jitter=False)
@@ -119,6 +121,8 @@ class RetryPolicy:
         [0.5, 1.0, None]
         >>> policy.delay(HTTPStatusError(429, retry_after=3.0), 1)
         3.0
+        >>> print(policy.delay(HTTPStatusError(429, retry_after=math.inf), 1))
+        None
     """
 
     max_attempts: int = attrs.field(default=3, validator=attrs.validators.ge(1))
@@ -140,7 +144,9 @@ class RetryPolicy:
             return None
         retry_after = getattr(error, "retry_after", None)
         if isinstance(retry_after, int | float):
-            return None if retry_after > self.max_retry_after else max(0.0, float(retry_after))
+            if not math.isfinite(retry_after) or retry_after > self.max_retry_after:
+                return None  # even with max_retry_after=inf: never sleep forever
+            return max(0.0, float(retry_after))
         backoff = min(self.max_backoff, self.initial_backoff * 2.0 ** (attempt - 1))
         if self.jitter:
             backoff *= 1.0 - 0.25 * random.random()
@@ -150,11 +156,17 @@ class RetryPolicy:
 def parse_retry_after(headers: Mapping[str, str], now: float | None = None) -> float | None:
     """Seconds a response asks to wait: ``retry-after-ms``, else ``Retry-After``.
 
+    ``None`` when neither is a number or a date (``"nan"`` is not a number);
+    a value too large for a float (``1e400``, ``inf``) is ``inf``: longer
+    than any wait.
+
     Example:
         >>> parse_retry_after({"retry-after-ms": "1500"}), parse_retry_after({"Retry-After": "2"})
         (1.5, 2.0)
         >>> parse_retry_after({"Retry-After": "Wed, 21 Oct 2015 07:28:00 GMT"}, now=1445412470.0)
         10.0
+        >>> parse_retry_after({"Retry-After": "1e400"}), parse_retry_after({"Retry-After": "nan"})
+        (inf, None)
     """
     lowered = {k.lower(): v for k, v in headers.items()}
     millis = _seconds(lowered.get("retry-after-ms"))
@@ -174,14 +186,15 @@ def parse_retry_after(headers: Mapping[str, str], now: float | None = None) -> f
 
 
 def _seconds(value: str | None) -> float | None:
-    """A header's number, at least 0; None when absent or not a finite number ("nan")."""
+    """A header's number, at least 0 (``inf`` stays ``inf``); None when absent or not a
+    number (``"nan"``)."""
     if value is None:
         return None
     try:
         number = float(value)
     except ValueError:
         return None
-    return max(0.0, number) if math.isfinite(number) else None
+    return None if math.isnan(number) else max(0.0, number)
 
 
 def redact(text: str, secrets: Sequence[str]) -> str:
@@ -198,11 +211,13 @@ def redact(text: str, secrets: Sequence[str]) -> str:
 
 
 def redact_error(error: RafrxError, secrets: Sequence[str]) -> RafrxError:
-    """``error`` with every secret in its text attributes replaced by ``***``.
+    """``error`` with every secret in its text attributes replaced by ``***``,
+    and without the exceptions it was raised from or during.
 
     For errors built from what the server sent (an in-band error event or a
     malformed event that echoes the key): message, body, raw data, provider
-    fields.
+    fields. Its ``__cause__`` and ``__context__`` (a ``JSONDecodeError`` holds
+    the whole event data) cannot be redacted, so they are dropped.
 
     Example:
         >>> redact_error(RafrxError("bad key sk-123", body="sk-123"), ["sk-123"]).body
@@ -214,6 +229,8 @@ def redact_error(error: RafrxError, secrets: Sequence[str]) -> RafrxError:
         if isinstance(value, str):
             setattr(error, name, redact(value, secrets))
     error.args = tuple(redact(a, secrets) if isinstance(a, str) else a for a in error.args)
+    error.__cause__ = error.__context__ = None
+    error.__suppress_context__ = True
     return error
 
 
@@ -266,7 +283,8 @@ async def _keep_open(session: aiohttp.ClientSession) -> AsyncGenerator[None, Non
 
 
 class SessionPool:
-    """The ``aiohttp.ClientSession`` a client uses, one per event loop.
+    """The ``aiohttp.ClientSession`` a client uses, one per event loop, and the
+    calls running on them.
 
     A session given by the user is used as is and never closed. Otherwise one
     is created lazily on the running loop, with no connection limit (1000
@@ -277,6 +295,7 @@ class SessionPool:
     def __init__(self, session: aiohttp.ClientSession | None = None) -> None:
         self._given = session
         self._owned: dict[asyncio.AbstractEventLoop, tuple[aiohttp.ClientSession, Any]] = {}
+        self._calls: set[_StreamCall] = set()
 
     async def get(self) -> aiohttp.ClientSession:
         """The session for the running loop."""
@@ -297,10 +316,28 @@ class SessionPool:
         await keeper.__anext__()  # registers it with the loop's async-generator hooks
         return session
 
+    def track(self, call: _StreamCall, task: asyncio.Task[None]) -> None:
+        """Count ``call`` as running until ``task`` is done."""
+        self._calls.add(call)
+        task.add_done_callback(lambda _: self._calls.discard(call))
+
     async def aclose(self) -> None:
-        """Close the sessions this pool created (on their own loops)."""
-        owned, self._owned = self._owned, {}
+        """End the calls still running, then close the sessions this pool created.
+
+        Each running call ends at once with a non-retryable
+        :class:`~rafrx.errors.TransportError` (after what it already
+        delivered), its response closed and, on this loop, its task awaited.
+        Calls started afterwards work as before, on new sessions.
+        """
         current = asyncio.get_running_loop()
+        calls = list(self._calls)
+        for call in calls:
+            call.abort()
+        tasks = [call.task for call in calls if call.loop is current and call.task is not None]
+        tasks = [task for task in tasks if task is not asyncio.current_task()]
+        if tasks:
+            await asyncio.wait(tasks)
+        owned, self._owned = self._owned, {}
         for loop, (_, keeper) in owned.items():
             if loop is current:
                 await keeper.aclose()
@@ -314,18 +351,24 @@ class SessionPool:
 
 def stream_updates(
     request: HTTPRequest,
-    session: Callable[[], Awaitable[aiohttp.ClientSession]],
+    sessions: SessionPool,
     timeouts: Timeouts,
     retry: RetryPolicy | None = None,
 ) -> Observable[AgentResponseUpdate]:
     """A cold observable of the updates of one streamed request.
 
     Each subscription sends the request once (plus retries, see
-    :class:`RetryPolicy`) on the running event loop; disposing aborts it.
+    :class:`RetryPolicy`) on the running event loop; disposing aborts it, and
+    so does :meth:`SessionPool.aclose` (with a ``TransportError``).
+
+    Redirects are not followed: a 3xx response is a non-retryable
+    :class:`~rafrx.errors.HTTPStatusError` naming where it points (password and
+    query values masked), because following it would send the API key
+    headers (``x-api-key``, ``api-key`` ...) to wherever it points.
 
     Args:
         request: What to send.
-        session: Returns the session to send it with.
+        sessions: The sessions to send it with; tracks the call.
         timeouts: Connect, first-byte and idle timeouts.
         retry: The retry policy; ``None`` sends once.
     """
@@ -341,7 +384,7 @@ def stream_updates(
                 RuntimeError("subscribe to a client stream from code running in an event loop")
             )
             return Disposable()
-        call = _StreamCall(request, session, timeouts, retry, observer, loop)
+        call = _StreamCall(request, sessions, timeouts, retry, observer, loop)
         call.start()
         return Disposable(call.dispose)
 
@@ -362,14 +405,15 @@ class _StreamCall:
     def __init__(
         self,
         request: HTTPRequest,
-        session: Callable[[], Awaitable[aiohttp.ClientSession]],
+        sessions: SessionPool,
         timeouts: Timeouts,
         retry: RetryPolicy | None,
         observer: abc.ObserverBase[AgentResponseUpdate],
         loop: asyncio.AbstractEventLoop,
     ) -> None:
         self.request = request
-        self.session = session
+        self.sessions = sessions
+        self.session: aiohttp.ClientSession | None = None  # the one the request went on
         self.timeouts = timeouts
         self.retry = retry
         self.observer = observer
@@ -384,6 +428,27 @@ class _StreamCall:
 
     def start(self) -> None:
         self.task = self.loop.create_task(self._run())
+        self.sessions.track(self, self.task)
+
+    def abort(self) -> None:
+        """End the call with a TransportError: its client was closed."""
+        if threading.get_ident() != self.thread:
+            if not self.loop.is_closed():
+                self.loop.call_soon_threadsafe(self.abort)
+            return
+        if self.stopped:
+            return
+        self._close()
+        task = self.task
+        if task is not None and not task.done() and task is not asyncio.current_task():
+            task.cancel()
+        self._end(
+            TransportError(
+                f"client closed: the call to {self.request.safe_url} was ended by aclose() "
+                f"after {self.delivered} update(s)",
+                retryable=False,
+            )
+        )
 
     def dispose(self) -> None:
         if threading.get_ident() != self.thread:
@@ -477,7 +542,7 @@ class _StreamCall:
     async def _attempt(self) -> None:
         response = await self._send()
         self.response = response
-        if response.status >= 400:
+        if response.status >= 300:  # redirects are not followed (see stream_updates)
             raise await self._status_error(response)
         try:
             check_content_type(response.headers.get("Content-Type"))
@@ -505,35 +570,52 @@ class _StreamCall:
 
     async def _send(self) -> aiohttp.ClientResponse:
         request, timeouts = self.request, self.timeouts
-        session = await self.session()
+        self.session = session = await self.sessions.get()
+        if session.closed:  # a session given by the user, closed by them
+            raise TransportError(
+                f"cannot send to {request.safe_url}: the aiohttp session is closed",
+                retryable=False,
+            )
         try:
             async with asyncio.timeout(timeouts.first_byte):
                 return await session.post(
                     request.url,
                     json=request.payload,
                     headers=dict(request.headers),
+                    allow_redirects=False,
                     timeout=aiohttp.ClientTimeout(
                         total=None, connect=None, sock_connect=timeouts.connect, sock_read=None
                     ),
                 )
-        except aiohttp.ClientConnectorError as exc:
-            message = f"cannot connect to {request.safe_url}: {exc.os_error}"
-            raise TransportError(redact(message, request.secrets)) from None
-        except (TimeoutError, aiohttp.ServerTimeoutError):
-            raise ConnectTimeout(
-                f"no response from {request.safe_url} within {self._describe_connect_timeout()}"
-            ) from None
-        except (aiohttp.ClientConnectionError, OSError) as exc:
-            message = f"connection to {request.safe_url} failed: {type(exc).__name__}: {exc}"
-            raise TransportError(redact(message, request.secrets)) from None
-        except aiohttp.ClientResponseError as exc:  # not HTTP, a redirect loop, a bad header
+        except (aiohttp.ClientError, OSError, TimeoutError, ValueError) as exc:
+            error = self._send_error(exc)
+        # Raised out here, not in the handler: the error gets no __context__, as
+        # aiohttp's exception holds the request (its headers and full URL).
+        raise error
+
+    def _send_error(self, exc: Exception) -> RafrxError:
+        """The typed error for ``exc``, raised while sending, without its secrets."""
+        url, secrets = self.request.safe_url, self.request.secrets
+        if isinstance(exc, aiohttp.ClientConnectorError):
+            return TransportError(redact(f"cannot connect to {url}: {exc.os_error}", secrets))
+        if isinstance(exc, TimeoutError):  # aiohttp.ServerTimeoutError too
+            timeouts = self._describe_connect_timeout()
+            return ConnectTimeout(f"no response from {url} within {timeouts}")
+        if isinstance(exc, aiohttp.ClientConnectionError | OSError):
+            message = f"connection to {url} failed: {type(exc).__name__}: {exc}"
+            return TransportError(redact(message, secrets))
+        if isinstance(exc, aiohttp.ClientResponseError):  # not HTTP, a bad header
             # exc.message only: str(exc) and repr(exc) carry the full URL and the headers.
-            message = f"invalid HTTP response from {request.safe_url}: {type(exc).__name__}"
+            message = f"invalid HTTP response from {url}: {type(exc).__name__}"
             detail = f"{message}: {exc.message}" if exc.message else message
-            raise ProtocolError(redact(detail, request.secrets)) from None
-        except aiohttp.ClientError as exc:
-            message = f"request to {request.safe_url} failed: {type(exc).__name__}"
-            raise TransportError(redact(message, request.secrets)) from None
+            return ProtocolError(redact(detail, secrets))
+        if isinstance(exc, ValueError):  # a request aiohttp cannot build (a bad header ...)
+            detail = type(exc).__name__
+            if not isinstance(exc, UnicodeError):  # whose text quotes the URL's password
+                detail = f"{detail}: {exc}"
+            message = f"cannot send the request to {url}: {detail}"
+            return TransportError(redact(message, secrets), retryable=False)
+        return TransportError(redact(f"request to {url} failed: {type(exc).__name__}", secrets))
 
     def _describe_connect_timeout(self) -> str:
         t = self.timeouts
@@ -558,15 +640,22 @@ class _StreamCall:
                 finally:
                     timer.cancel()
         except TimeoutError:
-            raise IdleTimeout(
+            error: RafrxError = IdleTimeout(
                 f"no data from {self.request.safe_url} for {idle} s (idle timeout)"
-            ) from None
+            )
+            if self.session is not None and self.session.closed:  # not the server's fault
+                error = TransportError(
+                    f"the aiohttp session was closed while streaming from "
+                    f"{self.request.safe_url}, after {self.delivered} update(s)",
+                    retryable=False,
+                )
         except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError, OSError) as exc:
             message = (
                 f"the connection to {self.request.safe_url} broke mid-stream "
                 f"after {self.delivered} update(s): {type(exc).__name__}: {exc}"
             )
-            raise StreamInterrupted(redact(message, self.request.secrets)) from None
+            error = StreamInterrupted(redact(message, self.request.secrets))
+        raise error  # out of the handlers: no __context__ (see _send)
 
     async def _read_text(self, response: aiohttp.ClientResponse, limit: int) -> str:
         data = bytearray()
@@ -583,8 +672,10 @@ class _StreamCall:
     async def _status_error(self, response: aiohttp.ClientResponse) -> HTTPStatusError:
         body = await self._read_text(response, MAX_ERROR_BODY)
         self._release()
-        message, error_type = _provider_error(body)
         headers: CIMultiDictProxy[str] = response.headers
+        if response.status < 400:
+            return HTTPStatusError(response.status, body=body, message=self._redirect(response))
+        message, error_type = _provider_error(body)
         error = HTTPStatusError(
             response.status,
             body=body,
@@ -596,6 +687,22 @@ class _StreamCall:
         if should_retry in ("true", "false"):
             error.retryable = should_retry == "true"
         return error
+
+    def _redirect(self, response: aiohttp.ClientResponse) -> str:
+        """The message of a 3xx response's error: where it points, masked; not followed."""
+        request, status = self.request, response.status
+        location = response.headers.get("Location")
+        if location is None:
+            return f"HTTP {status} from {request.safe_url}, not followed (no Location)"
+        try:
+            target = masked_url(request.url.join(URL(location)))
+        except ValueError:
+            target = repr(location)
+        message = (
+            f"HTTP {status}: {request.safe_url} redirects to {target}; not followed, as the "
+            "API key would go along: set base_url to the new address"
+        )
+        return redact(message, request.secrets)
 
 
 def _provider_error(body: str) -> tuple[str | None, str | None]:

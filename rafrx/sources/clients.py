@@ -28,6 +28,8 @@ Example:
 from __future__ import annotations
 
 import abc
+import base64
+import contextlib
 import functools
 import importlib.metadata
 from collections.abc import Iterable, Mapping, Sequence
@@ -38,6 +40,7 @@ import aiohttp
 from reactivex import Observable
 from yarl import URL
 
+from rafrx._redaction import SECRET_HEADERS
 from rafrx.messages import ChatMessage, MessageRole, to_anthropic
 from rafrx.sources._http import (
     HTTPRequest,
@@ -185,7 +188,9 @@ class LLMClient(abc.ABC):
         timeouts: Connect, first-byte and idle timeouts.
         retry: Retry failed requests before any output (off by default).
         session: An ``aiohttp.ClientSession`` to use (never closed by the
-            client); by default the client makes one per event loop.
+            client: call :meth:`aclose` before closing it, as aiohttp leaves a
+            stream reading from a closed session waiting until the idle
+            timeout); by default the client makes one per event loop.
         headers: More request headers.
         max_line_bytes: Longest SSE line accepted (past it: ``LimitExceeded``).
         max_event_bytes: Largest SSE event accepted (past it: ``LimitExceeded``).
@@ -272,7 +277,7 @@ class LLMClient(abc.ABC):
             **self._protocol_headers(),
             **self._extra_headers,
         }
-        secrets: tuple[str, ...] = (self.url.password,) if self.url.password else ()
+        secrets = (*_url_secrets(self.url), *_header_secrets(self._extra_headers))
         if self._api_key is not None:
             headers.update(self._auth_headers(self._api_key.value))
             secrets = (*secrets, self._api_key.value)
@@ -285,10 +290,34 @@ class LLMClient(abc.ABC):
             max_line_bytes=self.max_line_bytes,
             max_event_bytes=self.max_event_bytes,
         )
-        return stream_updates(request, self._sessions.get, self.timeouts, self.retry)
+        return stream_updates(request, self._sessions, self.timeouts, self.retry)
 
     async def aclose(self) -> None:
-        """Close the sessions this client created."""
+        """End the calls still running, then close the sessions this client created.
+
+        A running stream ends at once, after the updates it already
+        delivered, with a non-retryable
+        :class:`~rafrx.errors.TransportError` ("client closed"); one waiting
+        to retry sends nothing more. A session given to the client is not
+        closed. The client stays usable: a later ``stream()`` opens a new
+        session.
+
+        Example:
+            >>> import asyncio
+            >>> from rafrx.errors import TransportError
+            >>> from rafrx.testing import LLMServer, Reply
+            >>> async def main() -> str:
+            ...     async with LLMServer() as server:
+            ...         server.enqueue(Reply(text="slow " * 100, chunk_size=1, delay=0.01))
+            ...         client = OpenAIChatClient(server.url)
+            ...         ended = asyncio.get_running_loop().create_future()
+            ...         client.stream([ChatMessage.user("Hi")]).subscribe(on_error=ended.set_result)
+            ...         await asyncio.sleep(0.1)
+            ...         await client.aclose()
+            ...         return type(await ended).__name__
+            >>> asyncio.run(main())
+            'TransportError'
+        """
         await self._sessions.aclose()
 
     async def __aenter__(self) -> LLMClient:
@@ -301,6 +330,48 @@ class LLMClient(abc.ABC):
         tb: TracebackType | None,
     ) -> None:
         await self.aclose()
+
+
+_KEY_PARAMS = frozenset({"key", "api_key", "apikey", "api-key", "token", "access_token"})
+
+
+def _url_secrets(url: URL) -> tuple[str, ...]:
+    """The credentials in ``url``, in every form they are sent.
+
+    Its password as is, URL-encoded, and in the ``Authorization: Basic``
+    credentials aiohttp makes of ``user:password``; the values of key-like
+    query parameters (``?key=...``).
+
+    Example:
+        >>> _url_secrets(URL("http://me:p%40ss@example.com/v1"))
+        ('p@ss', 'p%40ss', 'bWU6cEBzcw==')
+        >>> _url_secrets(URL("http://me@example.com/v1?key=AIza123&alt=sse"))
+        ('AIza123',)
+    """
+    forms = [value for name, value in url.query.items() if name.lower() in _KEY_PARAMS]
+    password = url.password
+    if password:
+        forms += [password, url.raw_password or password]
+        credentials = f"{url.user or ''}:{password}"
+        for encoding in ("latin-1", "utf-8"):  # aiohttp's, and RFC 7617's charset="UTF-8"
+            with contextlib.suppress(UnicodeEncodeError):
+                forms.append(base64.b64encode(credentials.encode(encoding)).decode("ascii"))
+    return tuple(form for form in dict.fromkeys(forms) if form)
+
+
+def _header_secrets(headers: Mapping[str, str]) -> tuple[str, ...]:
+    """The credentials among user-given headers (``api-key``, ``Authorization`` ...):
+    each value, and its token alone when it has a scheme (``Bearer <token>``).
+
+    Example:
+        >>> _header_secrets({"api-key": "k-123", "Authorization": "Bearer t-456", "X-Env": "p"})
+        ('k-123', 'Bearer t-456', 't-456')
+    """
+    secrets: list[str] = []
+    for name, value in headers.items():
+        if name.lower() in SECRET_HEADERS and value:
+            secrets += [value, value.partition(" ")[2]]
+    return tuple(secret for secret in dict.fromkeys(secrets) if secret)
 
 
 def _shown_url(base_url: str) -> str:

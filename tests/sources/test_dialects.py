@@ -816,6 +816,39 @@ def test_update_decoder_accepts_a_dialect_factory() -> None:
     assert from_sse(body, Shouty).pipe(ops.convert(), ops.aggregate()).run().text == "HI"
 
 
+@pytest.mark.parametrize("split", [None, "after-done"], ids=["one-read", "two-reads"])
+def test_update_decoder_ignores_a_limit_exceeded_after_the_terminal_marker(
+    split: str | None,
+) -> None:
+    """Bytes after ``[DONE]`` are not read, so a line past the limit there does not
+    fail the stream, whether it comes in the same read or not."""
+    body = sse(chunk({"content": "Hi"}, "stop"), "[DONE]") + b"data: " + b"x" * 300
+    cut_at = body.index(b"[DONE]") + 8
+    chunks = [body] if split is None else [body[:cut_at], body[cut_at:]]
+    decoder = UpdateDecoder("openai-chat", max_line_bytes=200)
+    updates: list[u.AgentResponseUpdate] = []
+    for piece in chunks:
+        updates += decoder.feed(piece)
+        if decoder.done:
+            break
+    updates += decoder.close()
+    assert [type(x).__name__ for x in updates] == ["TextDelta", "Finish"]
+
+
+@pytest.mark.parametrize("split", [None, "after-event"], ids=["one-read", "two-reads"])
+def test_update_decoder_delivers_the_updates_before_a_limit_exceeded(split: str | None) -> None:
+    """An event, then a line past the limit: its update first, then the error,
+    whether the two come in the same read or not."""
+    body = sse(chunk({"content": "Hi"})) + b"data: " + b"x" * 300
+    cut_at = body.index(b"\n\n") + 2
+    chunks = [body] if split is None else [body[:cut_at], body[cut_at:]]
+    items: list[Any] = []
+    errors: list[Exception] = []
+    from_sse(chunks, max_line_bytes=200).subscribe(items.append, errors.append)
+    assert items == [u.TextDelta("Hi")]
+    assert [type(e) for e in errors] == [LimitExceeded]
+
+
 def test_sse_limits_fail_the_stream_with_limit_exceeded() -> None:
     body = sse(chunk({"content": "x" * 200}, "stop"), "[DONE]")
     items: list[Any] = []

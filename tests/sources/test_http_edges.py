@@ -14,7 +14,7 @@ import aiohttp
 import pytest
 
 from rafrx import ChatMessage, collect_agent_response, convert
-from rafrx.errors import HTTPStatusError, RafrxError
+from rafrx.errors import HTTPStatusError, RafrxError, TransportError
 from rafrx.messages import ToolCall
 from rafrx.sources.clients import (
     LLMClient,
@@ -205,10 +205,11 @@ async def test_a_closed_session_given_by_the_caller_fails_the_stream_at_once(
     session = aiohttp.ClientSession()
     await session.close()
     client = OpenAIChatClient(llm_server.url, KEY, session=session, retry=FAST_RETRY)
-    with pytest.raises(RuntimeError) as info:
+    with pytest.raises(TransportError) as info:  # typed, not aiohttp's RuntimeError
         await collect_agent_response(client.stream(USER).pipe(convert()))
     await client.aclose()
-    assert "closed" in str(info.value).lower()
+    assert "session is closed" in str(info.value)
+    assert not info.value.retryable
     assert KEY not in repr(info.value)
     assert llm_server.requests == []  # nothing sent, nothing retried
 

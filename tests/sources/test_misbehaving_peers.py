@@ -1,9 +1,9 @@
 """Misbehaving peers and subscribers at the transport: typed errors, nothing lost.
 
-A peer that does not speak HTTP or redirects badly gives a ``RafrxError``
-without secrets; a subscriber that disposes (and raises) from ``on_next`` or
-from another thread stops the stream cleanly, with its exception reported to
-the loop; a ``Retry-After`` that is not a finite number counts as absent.
+A peer that does not speak HTTP or redirects gives a ``RafrxError`` without
+secrets; a subscriber that disposes (and raises) from ``on_next`` or from
+another thread stops the stream cleanly, with its exception reported to the
+loop; a ``Retry-After`` of ``nan`` counts as absent.
 (Each of these once failed: found by covering the sources layer's branches.)
 """
 
@@ -72,17 +72,28 @@ async def test_a_server_that_does_not_answer_http_gives_a_typed_error_without_th
 
 
 @pytest.mark.asyncio
-@pytest.mark.parametrize("target", ["loop", "ftp"], ids=["redirect-loop", "redirect-to-ftp"])
-async def test_a_bad_redirect_gives_a_typed_error_without_the_key(
-    no_task_leak: None, target: str
+@pytest.mark.parametrize(
+    ("target", "shown"),
+    [
+        ("loop", "http://127.0.0.1:{port}/v1/chat/completions"),
+        (f"ftp://127.0.0.1/v1?key={KEY}", "ftp://127.0.0.1/v1?key=***"),
+        ("/v2/chat/completions", "http://127.0.0.1:{port}/v2/chat/completions"),
+    ],
+    ids=["redirect-loop", "redirect-to-ftp", "same-origin"],
+)
+async def test_a_redirect_is_not_followed_and_names_its_masked_target(
+    no_task_leak: None, target: str, shown: str
 ) -> None:
-    """A proxy answering with a 307 to itself, forever, or to a URL that is not HTTP
-    (``ftp://…?key=<key>``): a ``RafrxError`` without the key, not aiohttp's
-    ``TooManyRedirects`` / ``NonHttpUrlRedirectClientError``."""
+    """A proxy answering with a 307 to itself (forever, if followed), to a URL that is
+    not HTTP (``ftp://…?key=<key>``) or to another path: redirects are not followed
+    (the key headers would go along), so one request is sent and the error, a
+    non-retryable ``HTTPStatusError``, names the target with its key masked, so
+    that the user can fix ``base_url``."""
+    requests: list[str] = []
 
     async def redirect(request: web.Request) -> web.Response:
-        location = str(request.url) if target == "loop" else f"ftp://127.0.0.1/v1?key={KEY}"
-        raise web.HTTPTemporaryRedirect(location)
+        requests.append(request.path)
+        raise web.HTTPTemporaryRedirect(str(request.url) if target == "loop" else target)
 
     app = web.Application()
     app.router.add_post("/v1/chat/completions", redirect)
@@ -96,6 +107,10 @@ async def test_a_bad_redirect_gives_a_typed_error_without_the_key(
     finally:
         await runner.cleanup()
     assert_typed_and_secret_free(error)
+    assert isinstance(error, HTTPStatusError)
+    assert (error.status, error.retryable) == (307, False)
+    assert f"redirects to {shown.format(port=port)};" in error.message
+    assert requests == ["/v1/chat/completions"]
 
 
 # ---------------------------------------------------------------- subscriber errors lost
@@ -240,7 +255,7 @@ async def test_a_nan_retry_after_is_not_read_as_zero(
 ) -> None:
     """``Retry-After`` is delay-seconds or an HTTP date; ``float()`` also reads "nan",
     which would become a wait of 0 s (retrying at once) and shadow a valid header:
-    a value that is not a finite number counts as absent."""
+    NaN counts as absent (``inf``, by contrast, is a wait longer than any cap)."""
     llm_server.enqueue(Fault.status(429, headers=headers))
     async with OpenAIChatClient(llm_server.url) as client:
         with pytest.raises(HTTPStatusError) as info:
