@@ -28,13 +28,27 @@ def new_call_id() -> str:
 class _Slot:
     """The call currently open at one wire index."""
 
-    __slots__ = ("held", "id", "name", "started")
+    __slots__ = ("generated", "held", "id", "name", "started")
 
     def __init__(self, call_id: str | None) -> None:
         self.id = call_id
+        self.generated = False  # the id is ours (new_call_id), not the provider's
         self.name: str | None = None
         self.started = False
         self.held: list[str] = []
+
+    def is_new_call(self, delta: ToolCallDelta) -> bool:
+        """Whether ``delta`` starts another call at this index.
+
+        It does when it brings a different id (one the provider sent: an id
+        that comes after ours was generated continues the call) or a
+        different name (a call's name never changes: a provider that sends
+        every call whole at index 0 without ids).
+        """
+        return bool(
+            (delta.id and self.id and delta.id != self.id and not self.generated)
+            or (delta.name and self.name is not None and delta.name != self.name)
+        )
 
 
 def _check_named(index: int, slot: _Slot) -> None:
@@ -82,8 +96,10 @@ class LegacyDeltaSplitter:
         state, so a caller may build that itself (``convert()``'s fast path).
         """
         slot = self._slots.get(delta.index)
-        if slot is None or not slot.started or (delta.id and delta.id != slot.id):
+        if slot is None or not slot.started:
             return None
+        if (delta.id and delta.id != slot.id) or (delta.name and delta.name != slot.name):
+            return None  # maybe a new call: step() decides
         return slot.id
 
     def finish(self) -> list[AgentResponseUpdate]:
@@ -94,7 +110,7 @@ class LegacyDeltaSplitter:
 
     def _delta(self, delta: ToolCallDelta) -> list[AgentResponseUpdate]:
         slot = self._slots.get(delta.index)
-        if slot is None or (delta.id and slot.id and delta.id != slot.id):
+        if slot is None or slot.is_new_call(delta):
             if slot is not None:
                 _check_named(delta.index, slot)
             elif delta.index < 0:  # checked here, once per call, not per delta
@@ -115,6 +131,7 @@ class LegacyDeltaSplitter:
             slot.started = True
             if not slot.id:
                 slot.id = new_call_id()
+                slot.generated = True
             self._open.append(slot)
             out.append(ToolCallStart(slot.id, slot.name))
             if slot.held:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -288,3 +289,48 @@ def test_an_empty_nameless_delta_after_finish_is_ignored() -> None:
     splitter.step(u.Finish(FinishReason.TOOL_CALLS))
     assert splitter.step(u.ToolCallDelta(0)) == []
     assert splitter.finish() == []
+
+
+def test_whole_calls_at_index_0_without_ids_are_separate_calls() -> None:
+    """A call's name never changes: a new name at a known index is a new call."""
+    out = split(
+        D(0, name="f", arguments_delta='{"a": 1}'), D(0, name="g", arguments_delta="{}"), FINISH
+    )
+    ids = [x.id for x in out if isinstance(x, S)]
+    assert [type(x) for x in out] == [S, A, S, A, E, E, u.Finish]
+    assert [(x.name, x.id) for x in out if isinstance(x, S)] == [("f", ids[0]), ("g", ids[1])]
+    assert ids[0] != ids[1]
+    assert [(x.id, x.args_delta) for x in out if isinstance(x, A)] == [
+        (ids[0], '{"a": 1}'),
+        (ids[1], "{}"),
+    ]
+
+
+def test_a_name_repeated_on_every_delta_continues_the_call() -> None:
+    out = split(D(0, "c1", "f", '{"a"'), D(0, None, "f", ": 1}"), D(0, "c1", "f", ""), FINISH)
+    assert out == [S("c1", "f"), A("c1", '{"a"'), A("c1", ": 1}"), E("c1"), FINISH]
+
+
+def test_an_id_that_comes_after_the_generated_one_continues_the_call() -> None:
+    """The provider named the call before it sent its id: the id we generated
+    at the start stays the call's id, and its arguments stay with it."""
+    out = split(D(0, name="f"), D(0, id="call_1", arguments_delta='{"a": 1}'), FINISH)
+    [start] = [x for x in out if isinstance(x, S)]
+    assert out == [start, A(start.id, '{"a": 1}'), E(start.id), FINISH]
+
+
+@pytest.mark.parametrize(
+    "deltas",
+    [
+        [D(0, name="f", arguments_delta='{"a": 1}'), D(0, name="g", arguments_delta='{"b": 2}')],
+        [D(0, name="f"), D(0, id="call_1", arguments_delta='{"a": 1}')],
+    ],
+    ids=["new name", "late id"],
+)
+def test_convert_agrees_with_the_splitter_on_new_calls(deltas: list[Any]) -> None:
+    out, errors = run([*deltas, FINISH], ops.convert(), ops.aggregate())
+    assert errors == []
+    [response] = out
+    assert [call.arguments for call in response.tool_calls] == [
+        json.loads(d.arguments_delta) for d in deltas if d.arguments_delta
+    ]
