@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
+import io
 import json
 import math
 import random
@@ -580,7 +581,7 @@ class _StreamCall:
             async with asyncio.timeout(timeouts.first_byte):
                 return await session.post(
                     request.url,
-                    json=request.payload,
+                    data=_json_body(session, request.payload),
                     headers=dict(request.headers),
                     allow_redirects=False,
                     timeout=aiohttp.ClientTimeout(
@@ -703,6 +704,19 @@ class _StreamCall:
             "API key would go along: set base_url to the new address"
         )
         return redact(message, request.secrets)
+
+
+def _json_body(session: aiohttp.ClientSession, payload: Mapping[str, Any]) -> aiohttp.Payload:
+    """``payload`` as aiohttp's ``json=`` sends it (the session's ``json_serialize``,
+    UTF-8, ``application/json``, a ``Content-Length``), but from a ``BytesIO``.
+
+    aiohttp builds ``json=`` (and ``data=bytes``) bodies as a ``BytesPayload``,
+    which warns (``ResourceWarning``: "Sending a large body directly with raw
+    bytes might lock the event loop") when the body is over 1 MiB, a long
+    conversation; a ``BytesIOPayload`` is written in chunks, yielding to the loop.
+    """
+    data = session.json_serialize(payload).encode()
+    return aiohttp.BytesIOPayload(io.BytesIO(data), content_type="application/json")
 
 
 def _provider_error(body: str) -> tuple[str | None, str | None]:

@@ -129,6 +129,15 @@ def render(
         wire_format: ``"openai-chat"``, ``"anthropic"`` or ``"openai-responses"``.
         request: The request's JSON, for the model name, the prompt-token
             estimate and OpenAI's ``stream_options.include_usage``.
+
+    Example:
+        Anthropic's ``input_tokens`` leave out the tokens read from the cache:
+
+        >>> usage = Usage(prompt_tokens=100, completion_tokens=10, total_tokens=110,
+        ...               cached_tokens=40)
+        >>> start = render(Reply(usage=usage), "anthropic").split(b"\\n")[1]
+        >>> json.loads(start[len(b"data: "):])["message"]["usage"]
+        {'input_tokens': 60, 'output_tokens': 1, 'cache_read_input_tokens': 40}
     """
     return b"".join(render_events(reply, wire_format, request))
 
@@ -214,6 +223,8 @@ def _openai_chat(reply: Reply, model: str, usage: Usage, include_usage: bool) ->
 def _anthropic(reply: Reply, model: str, usage: Usage) -> Iterator[bytes]:
     start_usage: dict[str, Any] = {"input_tokens": usage.prompt_tokens, "output_tokens": 1}
     if usage.cached_tokens is not None:
+        # Anthropic's input_tokens leave out the tokens read from the cache.
+        start_usage["input_tokens"] = max(0, usage.prompt_tokens - usage.cached_tokens)
         start_usage["cache_read_input_tokens"] = usage.cached_tokens
     message: dict[str, Any] = {
         "id": f"msg_{_hex()}",

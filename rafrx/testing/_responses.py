@@ -98,6 +98,8 @@ class Reply:
             calls, else ``STOP``. Provider spellings (``"end_turn"``) work too.
         usage: The usage to report; by default estimated from the request and
             the reply (about four characters a token), as real servers count.
+            Anthropic's ``input_tokens`` leave out the ``cached_tokens``
+            (sent as ``cache_read_input_tokens``), as its API counts them.
         chunk_size: Characters per text, reasoning or argument delta.
         delay: Seconds to wait between events.
         model: The model name reported; by default the request's ``model``.
@@ -130,12 +132,14 @@ class Replay:
     """Raw bytes (e.g. a recorded ``.sse`` file) served as ``text/event-stream``.
 
     Args:
-        body: The bytes, or the path of a file holding them (read when served).
+        body: The bytes, or the path of a file holding them (read when served,
+            before the response headers: a file that cannot be read is an
+            HTTP 500 naming the error).
         chunk_size: Bytes per write; the whole body at once when ``None``.
         delay: Seconds to wait between writes.
-        pacing: Write event by event (split after each blank line) instead of
-            by ``chunk_size``, waiting ``delay`` between events, as a live
-            provider would.
+        pacing: Write event by event (split after each blank line, whatever
+            its line endings: CRLF, LF or CR) instead of by ``chunk_size``,
+            waiting ``delay`` between events, as a live provider would.
     """
 
     body: bytes | str | os.PathLike[str]
@@ -167,8 +171,14 @@ class Fault:
     """A misbehaving response; build one with the class methods.
 
     ``body`` is what the server streams around the fault (a :class:`Reply`
-    rendered for the endpoint by default), ``at`` the byte offset into that
-    body where the fault strikes.
+    rendered for the endpoint by default), paced as it would be on its own (a
+    reply's ``delay``, a replay's ``chunk_size``, ``delay`` and ``pacing``);
+    ``at`` is the byte offset into that body where the fault strikes.
+
+    Example:
+        A reply streamed an event every 50 ms, cut after its first 300 bytes:
+
+        >>> fault = Fault.drop_after(300, body=Reply(text="Slowly...", chunk_size=1, delay=0.05))
     """
 
     kind: FaultKind
@@ -209,7 +219,9 @@ class Fault:
                 a mapping (sent as JSON), ``str`` (``text/plain``; ``""`` for
                 an empty body) or ``bytes`` (``application/json``).
             retry_after: The ``Retry-After`` header (seconds or an HTTP date).
-            headers: More response headers (e.g. ``retry-after-ms``).
+            headers: More response headers (e.g. ``retry-after-ms``). Names are
+                case-insensitive: ``content-type`` replaces the default
+                ``Content-Type``; ``retry_after`` replaces a ``retry-after``.
         """
         return cls(
             "status",

@@ -2,24 +2,29 @@
 
 Replies are rendered for the endpoint, replays chunked or paced, and faults
 done for real: a dropped connection is closed (or reset) under the client, a
-stall is silence on an open socket.
+stall is silence on an open socket. A body is rendered (or read) whole before
+the response headers go out, then written as paced writes; a fault keeps that
+pacing and strikes at its byte offset.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import random
+import re
 import socket
 import struct
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from http import HTTPStatus
-from typing import Any
+from typing import Any, TypeAlias
 
 from aiohttp import web
+from multidict import CIMultiDict
 
-from rafrx.testing._render import WireFormat, error_body, render, render_events
+from rafrx.testing._render import WireFormat, error_body, render_events
 from rafrx.testing._responses import Body, Fault, Replay, Reply, ServerResponse
 
 __all__ = ["FAULT_REPLY", "serve"]
@@ -29,6 +34,15 @@ FAULT_REPLY = Reply(text="The quick brown fox jumps over the lazy dog.", chunk_s
 
 _SSE = "text/event-stream; charset=utf-8"
 _HUGE_WRITE = 64 * 1024
+
+_log = logging.getLogger("rafrx.testing")
+
+_Write: TypeAlias = tuple[float, bytes]
+"""One write of a body: the seconds to wait first, then the bytes."""
+
+#: Where an SSE event ends: a line ending, then an empty line. Line endings
+#: are CRLF, LF or CR; a CR right before an LF is part of a CRLF.
+_EVENT_END = re.compile(rb"(?:\r\n|\n|\r(?!\n))(?:\r\n|\n|\r)")
 
 
 class _ServerClosing(Exception):
@@ -89,6 +103,9 @@ async def serve(
 ) -> web.StreamResponse:
     """Answer ``request`` with ``response`` in ``wire_format``.
 
+    A body that cannot be rendered or read (a missing :class:`Replay` file …)
+    is an HTTP 500 naming the error, sent instead of the 200.
+
     Args:
         request: The aiohttp request.
         response: What to answer.
@@ -104,74 +121,88 @@ async def serve(
             body=response.data or b"",
             headers={"Content-Type": response.content_type or "text/html"},
         )
-    request_json = body if isinstance(body, Mapping) else {}
+    source = response.body if isinstance(response, Fault) else response
+    if source is None:
+        source = FAULT_REPLY
+    try:
+        writes = _writes(source, wire_format, body if isinstance(body, Mapping) else {})
+    except Exception as exc:
+        _log.exception("LLMServer cannot serve %s", type(source).__name__)
+        message = f"cannot serve the {type(source).__name__}: {type(exc).__name__}: {exc}"
+        return _status(Fault.status(500, message=message), wire_format)
     stream = _Stream(request, closing)
     try:
-        if isinstance(response, Reply):
-            await stream.open()
-            events = render_events(response, wire_format, request_json)
-            await _events(stream, events, response.delay)
-        elif isinstance(response, Replay):
-            await stream.open()
-            await _replay(stream, response)
+        if isinstance(response, Fault):
+            await _fault(stream, response, writes)
         else:
-            await _fault(stream, response, _body(response.body, wire_format, request_json))
+            await stream.open()
+            await _write(stream, writes)
     except (ConnectionError, _ServerClosing):
         stream.drop(reset=False)
     return stream.response
 
 
-async def _events(stream: _Stream, events: list[bytes], delay: float) -> None:
-    for i, event in enumerate(events):
-        if i and delay:
-            await stream.sleep(delay)
-        await stream.write(event)
+def _writes(source: Body, wire_format: WireFormat, request_json: Mapping[str, Any]) -> list[_Write]:
+    """The body of ``source`` as paced writes: a reply's events ``delay`` apart,
+    a replay's chunks or events ``delay`` apart, raw bytes at once."""
+    if isinstance(source, Reply):
+        return _paced(render_events(source, wire_format, request_json), source.delay)
+    if isinstance(source, Replay):
+        data = source.read()
+        if source.pacing:
+            return _paced(_split_events(data), source.delay)
+        size = source.chunk_size or max(len(data), 1)
+        return _paced((data[i : i + size] for i in range(0, len(data), size)), source.delay)
+    return [(0.0, source)]
+
+
+def _paced(pieces: Iterable[bytes], delay: float) -> list[_Write]:
+    return [(delay if i else 0.0, piece) for i, piece in enumerate(pieces)]
+
+
+async def _write(stream: _Stream, writes: Iterable[_Write]) -> None:
+    for pause, data in writes:
+        await stream.sleep(pause)
+        await stream.write(data)
+
+
+def _cut(writes: list[_Write], at: int) -> tuple[list[_Write], list[_Write]]:
+    """The writes of the body's first ``at`` bytes, and those of the rest.
+
+    A write cut in two keeps its pause before the first half; the second
+    half follows without one.
+    """
+    sent = 0
+    for i, (pause, data) in enumerate(writes):
+        cut = at - sent
+        if cut <= 0:
+            return writes[:i], writes[i:]
+        if cut < len(data):
+            return [*writes[:i], (pause, data[:cut])], [(0.0, data[cut:]), *writes[i + 1 :]]
+        sent += len(data)
+    return writes, []
 
 
 def _split_events(data: bytes) -> list[bytes]:
+    """``data`` cut after each event (each blank line), in one pass."""
     pieces: list[bytes] = []
     start = 0
-    while True:
-        end = _event_end(data, start)
-        if end < 0:
-            break
-        pieces.append(data[start:end])
-        start = end
+    for match in _EVENT_END.finditer(data):
+        pieces.append(data[start : match.end()])
+        start = match.end()
     if start < len(data):
         pieces.append(data[start:])
     return pieces
 
 
-def _event_end(data: bytes, start: int) -> int:
-    ends = [data.find(sep, start) + len(sep) for sep in _BLANK_LINES if data.find(sep, start) >= 0]
-    return min(ends) if ends else -1
-
-
-_BLANK_LINES = (b"\n\n", b"\r\n\r\n", b"\r\r")
-
-
-async def _replay(stream: _Stream, replay: Replay) -> None:
-    data = replay.read()
-    if replay.pacing:
-        await _events(stream, _split_events(data), replay.delay)
-        return
-    size = replay.chunk_size or max(len(data), 1)
-    chunks = [data[i : i + size] for i in range(0, len(data), size)]
-    await _events(stream, chunks, replay.delay)
-
-
-def _body(body: Body | None, wire_format: WireFormat, request_json: Mapping[str, Any]) -> bytes:
-    if body is None:
-        body = FAULT_REPLY
-    if isinstance(body, Reply):
-        return render(body, wire_format, request_json)
-    if isinstance(body, Replay):
-        return body.read()
-    return body
+def _first_event_end(writes: list[_Write]) -> int:
+    """The body offset right after its first event, ``0`` when it has none."""
+    match = _EVENT_END.search(b"".join(data for _, data in writes))
+    return match.end() if match else 0
 
 
 def _status(fault: Fault, wire_format: WireFormat) -> web.Response:
-    headers = dict(fault.headers)
+    headers: CIMultiDict[str] = CIMultiDict(fault.headers)
     if fault.retry_after is not None:
         headers["Retry-After"] = fault.retry_after
     payload = fault.error_body
@@ -197,29 +228,31 @@ def _reason(status: int) -> str:
         return f"HTTP {status}"
 
 
-async def _fault(stream: _Stream, fault: Fault, data: bytes) -> None:
+async def _fault(stream: _Stream, fault: Fault, writes: list[_Write]) -> None:
     if fault.kind == "drop_after":
         await stream.open()
-        await stream.write(data[: fault.at or 0])
+        await _write(stream, _cut(writes, fault.at or 0)[0])
         stream.drop(fault.reset)
     elif fault.kind == "stall":
         if fault.at is None:
             await stream.sleep(fault.seconds)
             await stream.open()
-            await stream.write(data)
+            await _write(stream, writes)
         else:
+            before, after = _cut(writes, fault.at)
             await stream.open()
-            await stream.write(data[: fault.at])
+            await _write(stream, before)
             await stream.sleep(fault.seconds)
-            await stream.write(data[fault.at :])
+            await _write(stream, after)
     elif fault.kind == "garbage":
+        at = _first_event_end(writes) if fault.at is None else fault.at
+        before, after = _cut(writes, at)
         await stream.open()
-        await stream.write(_with_garbage(fault, data))
+        await _write(stream, [*before, (0.0, _garbage(fault)), *after])
     elif fault.kind == "huge_line":
         await stream.open()
         if fault.body is not None:
-            end = _event_end(data, 0)
-            await stream.write(data[: max(end, 0)])
+            await _write(stream, _cut(writes, _first_event_end(writes))[0])
         await stream.write(b"data: ")
         for start in range(0, fault.size, _HUGE_WRITE):
             await stream.write(b"x" * min(_HUGE_WRITE, fault.size - start))
@@ -227,18 +260,12 @@ async def _fault(stream: _Stream, fault: Fault, data: bytes) -> None:
         raise ValueError(f"unknown fault kind {fault.kind!r}")
 
 
-def _with_garbage(fault: Fault, data: bytes) -> bytes:
+def _garbage(fault: Fault) -> bytes:
     junk = fault.data
     if junk is None:
         rng = random.Random(fault.seed)
         junk = bytes(rng.choice(_NOT_NEWLINE) for _ in range(fault.size))
-    if fault.framed:
-        junk = b"data: " + junk + b"\n\n"
-    at = fault.at
-    if at is None:
-        end = _event_end(data, 0)
-        at = end if end >= 0 else 0
-    return data[:at] + junk + data[at:]
+    return b"data: " + junk + b"\n\n" if fault.framed else junk
 
 
 _NOT_NEWLINE = bytes(b for b in range(256) if b not in (0x0A, 0x0D))

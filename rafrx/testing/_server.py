@@ -6,6 +6,7 @@ import asyncio
 import inspect
 import json
 import logging
+import reprlib
 import threading
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -13,11 +14,14 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
 
 from aiohttp import web
+from aiohttp.abc import AbstractStreamWriter
+from aiohttp.http_parser import RawRequestMessage
+from aiohttp.streams import StreamReader
 from aiohttp.web_protocol import RequestHandler
 
 from rafrx.testing._recorded import RecordedRequest
 from rafrx.testing._render import WIRE_FORMATS
-from rafrx.testing._responses import DEFAULT_REPLY, Fault, ServerResponse
+from rafrx.testing._responses import DEFAULT_REPLY, Fault, Replay, Reply, ServerResponse
 from rafrx.testing._serve import serve
 
 if TYPE_CHECKING:
@@ -40,21 +44,48 @@ _SHUTDOWN_TIMEOUT = 0.5
 #: clients connect at once, which stalls them for seconds.
 _BACKLOG = 2048
 
+#: The largest request body read (aiohttp's default, 1 MiB, is less than a
+#: long conversation); a larger one gets HTTP 413.
+_MAX_REQUEST_BYTES = 64 * 1024 * 1024
+
 
 class _CountingServer(web.Server):
-    """An aiohttp low-level server that reports connections opening and closing."""
+    """An aiohttp low-level server that reports connections opening and closing,
+    keeps their transports until they are lost, and reads request bodies up to
+    ``_MAX_REQUEST_BYTES``."""
 
     def __init__(self, owner: LLMServer, **kwargs: Any) -> None:
-        super().__init__(owner._handle, **kwargs)
+        super().__init__(owner._handle, request_factory=self._request, **kwargs)
         self._owner = owner
+        self._transports: dict[RequestHandler, asyncio.Transport] = {}
+
+    def _request(
+        self,
+        message: RawRequestMessage,
+        payload: StreamReader,
+        protocol: RequestHandler,
+        writer: AbstractStreamWriter,
+        task: asyncio.Task[None],
+    ) -> web.BaseRequest:
+        loop = asyncio.get_running_loop()
+        return web.BaseRequest(
+            message, payload, protocol, writer, task, loop, client_max_size=_MAX_REQUEST_BYTES
+        )
 
     def connection_made(self, handler: RequestHandler, transport: asyncio.Transport) -> None:
         super().connection_made(handler, transport)
+        self._transports[handler] = transport
         self._owner._connection_opened()
 
     def connection_lost(self, handler: RequestHandler, exc: BaseException | None = None) -> None:
         super().connection_lost(handler, exc)
+        self._transports.pop(handler, None)
         self._owner._connection_closed()
+
+    def abort_connections(self) -> None:
+        """Abort the connections not lost yet, discarding what they have not sent."""
+        for transport in list(self._transports.values()):
+            transport.abort()
 
 
 class LLMServer:
@@ -64,7 +95,8 @@ class LLMServer:
     and ``POST {url}/v1/responses``. Each request takes the next response
     from the queue (:meth:`enqueue`), else asks the script (:meth:`script`),
     else gets :attr:`default`. A :class:`~rafrx.testing.Reply` is rendered in
-    the wire format of the endpoint that was hit.
+    the wire format of the endpoint that was hit. Request bodies up to 64 MiB
+    are read and recorded; a larger one gets HTTP 413.
 
     Args:
         host: The interface to listen on.
@@ -98,6 +130,7 @@ class LLMServer:
         self._script: Script | None = None
         self._lock = threading.Lock()
         self._runner: web.ServerRunner | None = None
+        self._server: _CountingServer | None = None
         self._closing: asyncio.Event | None = None
         self._changed: asyncio.Event | None = None
 
@@ -130,10 +163,8 @@ class LLMServer:
             raise RuntimeError("the server is already started")
         self._closing = asyncio.Event()
         self._changed = asyncio.Event()
-        runner = web.ServerRunner(
-            _CountingServer(self, handler_cancellation=True, access_log=None),
-            shutdown_timeout=_SHUTDOWN_TIMEOUT,
-        )
+        server = _CountingServer(self, handler_cancellation=True, access_log=None)
+        runner = web.ServerRunner(server, shutdown_timeout=_SHUTDOWN_TIMEOUT)
         await runner.setup()
         try:
             site = web.TCPSite(runner, self.host, self._port, backlog=_BACKLOG)
@@ -142,17 +173,27 @@ class LLMServer:
             await runner.cleanup()
             raise
         self._port = int(runner.addresses[0][1])
-        self._runner = runner
+        self._runner, self._server = runner, server
         return self
 
     async def close(self) -> None:
-        """Stop: end stalls, close every connection, release the port."""
-        runner, self._runner = self._runner, None
-        if runner is None:
+        """Stop: end stalls, close every connection, release the port.
+
+        A response still running after a short grace period is cancelled; a
+        connection whose client stopped reading is aborted, its unsent bytes
+        discarded.
+        """
+        runner, server = self._runner, self._server
+        if runner is None or server is None:
             return
+        self._runner = self._server = None
         assert self._closing is not None
         self._closing.set()
         await runner.cleanup()
+        # cleanup() closes each connection once its send buffer drains: never,
+        # if the client stopped reading.
+        server.abort_connections()
+        await asyncio.sleep(0)  # abort() closes the sockets on the next loop iteration
 
     async def __aenter__(self) -> LLMServer:
         return await self.start()
@@ -203,8 +244,10 @@ class LLMServer:
         ``fn`` gets the :class:`~rafrx.testing.RecordedRequest` (messages,
         tools, :attr:`~rafrx.testing.RecordedRequest.last_role`) and returns
         a response, or an awaitable of one. Usable as a decorator; ``None``
-        removes the script. An exception in ``fn`` becomes an HTTP 500 whose
-        message names it.
+        removes the script. An exception in ``fn``, or a return value that is
+        not a :class:`~rafrx.testing.Reply`, :class:`~rafrx.testing.Replay`
+        or :class:`~rafrx.testing.Fault`, becomes an HTTP 500 whose message
+        names it.
 
         Example:
             >>> from rafrx.testing import Reply, ToolCallSpec
@@ -293,6 +336,10 @@ class LLMServer:
         except Exception as exc:
             _log.exception("LLMServer script failed")
             return Fault.status(500, message=f"script raised {type(exc).__name__}: {exc}")
+        if not isinstance(answer, Reply | Replay | Fault):
+            message = f"script returned {reprlib.repr(answer)}, not a Reply, Replay or Fault"
+            _log.error("LLMServer %s", message)
+            return Fault.status(500, message=message)
         return answer
 
     async def _handle(self, request: web.BaseRequest) -> web.StreamResponse:

@@ -61,17 +61,16 @@ class ServerThread:
         self, loop: asyncio.AbstractEventLoop, started: concurrent.futures.Future[None]
     ) -> None:
         asyncio.set_event_loop(loop)
-        try:
+        # Closing the runner cancels the tasks left over, shuts down async
+        # generators and the default executor, then closes the loop.
+        with asyncio.Runner(loop_factory=lambda: loop) as runner:
             try:
-                loop.run_until_complete(self.server.start())
+                runner.run(self.server.start())
             except BaseException as exc:
                 started.set_exception(exc)
                 return
             started.set_result(None)
             loop.run_forever()
-        finally:
-            loop.run_until_complete(loop.shutdown_asyncgens())
-            loop.close()
 
     def run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
         """Run a coroutine on the server's loop and return its result.
@@ -81,7 +80,10 @@ class ServerThread:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
 
     def stop(self) -> None:
-        """Close the server, stop the loop and join the thread."""
+        """Close the server, stop the loop and join the thread.
+
+        Tasks still running on the loop (e.g. from :meth:`run`) are cancelled.
+        """
         loop, thread = self._loop, self._thread
         if loop is None or thread is None:
             return
