@@ -195,8 +195,10 @@ def _pieces(item: Any) -> list[tuple[_Channel, str]]:
     if isinstance(item, AgentResponseResult):
         return [piece for c in item.contents for piece in _pieces(c)]
     match item:
-        case updates.TextDelta() | content.TextContent():
-            return [(("text",), item.delta if isinstance(item, updates.TextDelta) else item.text)]
+        case updates.TextDelta():
+            return [(("text",), item.delta)]
+        case content.TextContent():
+            return [(("text",), item.text)]
         case updates.ReasoningDelta():
             return [(("reasoning",), item.delta)]
         case content.ReasoningContent():
