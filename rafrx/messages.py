@@ -291,7 +291,7 @@ def to_anthropic(messages: Iterable[ChatMessage]) -> tuple[str | None, list[dict
         blocks: list[dict[str, Any]] = []
         if msg.provider_data and msg.provider_data.get(ANTHROPIC_THINKING):
             blocks.extend(dict(b) for b in msg.provider_data[ANTHROPIC_THINKING])
-        if msg.content:
+        if msg.content.strip():  # Anthropic refuses a whitespace-only text block
             blocks.append({"type": "text", "text": msg.content})
         for call in msg.tool_calls or ():
             # Anthropic requires an object (a call whose arguments were invalid JSON sends {})

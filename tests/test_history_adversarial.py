@@ -14,7 +14,7 @@ import json
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from rafrx.history import InMemoryHistoryProvider
@@ -237,6 +237,8 @@ def test_anthropic_tool_loops_are_valid_and_round_trip(messages: list[ChatMessag
     system, wire = to_anthropic(messages)
     assert strict_json(wire) == wire
     assert_anthropic_rules(wire)
+    # whitespace-only text is not sent (test_messages pins it): no round trip for it
+    assume(all(m.content == "" or m.content.strip() for m in messages))
     has_system = messages[0].role is MessageRole.SYSTEM
     assert system == (messages[0].content if has_system else None)
     assert from_anthropic(system, strict_json(wire)) == messages

@@ -385,6 +385,7 @@ def test_anthropic_round_trip_keeps_every_field(msgs: list[ChatMessage]) -> None
     # every field comes back, of every message Anthropic can carry (not an empty user one,
     # nor an infinity in the arguments: it goes as null)
     assume(all(_is_strict_json(c.arguments) for m in msgs for c in m.tool_calls or ()))
+    assume(all(m.content == "" or m.content.strip() for m in msgs))  # (whitespace: not sent)
     sent = [m for m in msgs if m.content or m.role is not MessageRole.USER]
     assert from_anthropic(system, wire) == sent
 
@@ -393,3 +394,20 @@ def test_to_anthropic_sends_an_object_for_a_call_with_invalid_arguments() -> Non
     broken = ToolCall("c1", "f", None, raw_arguments='{"a": ', error="invalid JSON")
     _, wire = to_anthropic([ChatMessage.assistant_with_tools("", [broken])])
     assert wire[0]["content"][0]["input"] == {}
+
+
+def test_to_anthropic_leaves_out_whitespace_only_text() -> None:
+    """Anthropic refuses a text block of whitespace only ("text content blocks
+    must contain non-whitespace text"); Claude often streams "\n\n" before a call."""
+    call = ToolCall("c1", "lookup", {"city": "Oslo"})
+    _, wire = to_anthropic(
+        [
+            ChatMessage.user("Weather?"),
+            ChatMessage.assistant_with_tools("\n\n", [call]),
+            ChatMessage.tool("Sunny", "c1"),
+            ChatMessage.user(" \t"),
+        ]
+    )
+    assert [m["role"] for m in wire] == ["user", "assistant", "user"]
+    assert [b["type"] for b in wire[1]["content"]] == ["tool_use"]
+    assert [b["type"] for b in wire[2]["content"]] == ["tool_result"]

@@ -207,7 +207,8 @@ def aggregate(agent_id: str | None = None) -> Operator[AgentResponseResult, Agen
     when there was none; ``tool_calls`` come from ``ToolCallingContent``,
     ``tool_messages`` from ``ToolCalledContent``; ``turn_transcript`` holds,
     per LLM call, the assistant message (with its tool calls) and its tool
-    messages in call start order, then the final assistant message; usage is
+    messages in call start order, then the final assistant message (empty
+    when the model's last answer was empty, so it is always there); usage is
     summed over LLM calls (the last report within a call counts). On an
     upstream :class:`~rafrx.errors.RafrxError` the same error is re-raised
     with ``.partial`` set to the response built so far.

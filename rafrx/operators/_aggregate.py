@@ -32,6 +32,7 @@ class _Step:
 
     __slots__ = (
         "calls",
+        "finished",
         "order",
         "provider_data",
         "reasoning",
@@ -52,6 +53,7 @@ class _Step:
         self.calls: dict[str, ToolCall] = {}
         self.results: dict[str, ChatMessage] = {}
         self.usage: Usage | None = None
+        self.finished = False  # its LLM call's FinishEvent came
 
     def assistant_message(self) -> ChatMessage | None:
         text = self.joined_text()
@@ -122,6 +124,7 @@ class ResponseAggregator:
                 self._steps.append(_Step())
             if isinstance(event, FinishEvent):
                 self._finish = event.finish_reason
+                self._steps[-1].finished = True
                 if event.usage is not None:
                     self._steps[-1].usage = event.usage
         if not self._steps:
@@ -168,6 +171,8 @@ class ResponseAggregator:
         usage: Usage | None = None
         for step in self._steps:
             message = step.assistant_message()
+            if message is None and step.finished and step is self._steps[-1]:
+                message = ChatMessage(MessageRole.ASSISTANT, "")  # the final answer was empty
             if message is not None:
                 transcript.append(message)
             tool_calls.extend(step.calls[i] for i in step.order if i in step.calls)

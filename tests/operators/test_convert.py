@@ -82,8 +82,8 @@ def expected_response(call: LLMCall) -> AgentResponse:
     """What the plan of one LLM call must aggregate to, however it is streamed."""
     tool_calls = [ToolCall(c.id, c.name, c.arguments) for c in call.calls]
     message = None
-    if call.text or call.reasoning or tool_calls:
-        message = ChatMessage(
+    if call.text or call.reasoning or tool_calls or call.finish_reason is not None:
+        message = ChatMessage(  # an empty final answer is an empty assistant message
             MessageRole.ASSISTANT,
             call.text,
             tool_calls=tool_calls or None,
