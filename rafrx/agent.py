@@ -166,8 +166,10 @@ class Agent:
         it comes, so each LLM call shows as a ``ResponseStartedEvent`` ...
         ``FinishEvent``, followed by its tools' results. After the model
         answers without tool calls, the new input and the turn's transcript
-        are saved to history, then the observable completes. Disposal
-        cancels the running request and tools.
+        are saved to history, then the observable completes: start the next
+        turn on completion (or after awaiting :meth:`send`), not on the last
+        ``FinishEvent``, which comes before the save. Disposal cancels the
+        running request and tools.
 
         Errors: the client's errors end the turn (nothing is saved);
         :class:`~rafrx.errors.MaxStepsExceeded` after ``max_steps`` LLM
