@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, final
 
 import attrs
-from multidict import CIMultiDict, CIMultiDictProxy
+from multidict import CIMultiDict, CIMultiDictProxy, MultiDict, MultiDictProxy
 
 from rafrx.recorder import SECRET_HEADERS
 from rafrx.testing._render import WIRE_FORMATS, WireFormat
@@ -25,6 +25,17 @@ __all__ = ["REDACTED", "SECRET_HEADERS", "RecordedRequest", "redact_headers"]
 
 #: What replaces a secret.
 REDACTED = "***"
+
+# URL query parameters whose values are secrets (lower case).
+_SECRET_PARAMS = frozenset({"api_key", "api-key", "apikey", "key", "token", "access_token"})
+
+
+def _redact_query(query: Mapping[str, str] | Iterable[tuple[str, str]]) -> MultiDictProxy[str]:
+    items = query.items() if isinstance(query, Mapping) else query
+    out: MultiDict[str] = MultiDict()
+    for name, value in items:
+        out.add(name, REDACTED if name.lower() in _SECRET_PARAMS else value)
+    return MultiDictProxy(out)
 
 
 def redact_headers(headers: Mapping[str, str] | Iterable[tuple[str, str]]) -> CIMultiDictProxy[str]:
@@ -85,12 +96,15 @@ class RecordedRequest:
             ``x-api-key`` and other secrets replaced by ``***``.
         json: The parsed JSON body (``None`` when it was not JSON).
         method: The HTTP method.
+        query: The URL query parameters (Azure's ``api-version`` …), with
+            key-like values (``key``, ``api_key``, ``token`` …) replaced by ``***``.
     """
 
     path: str
     headers: CIMultiDictProxy[str]
     json: Any
     method: str = "POST"
+    query: MultiDictProxy[str] = attrs.field(factory=lambda: MultiDictProxy(MultiDict()))
 
     @classmethod
     def build(
@@ -99,9 +113,17 @@ class RecordedRequest:
         headers: Mapping[str, str] | Iterable[tuple[str, str]],
         json: Any,
         method: str = "POST",
+        query: Mapping[str, str] | Iterable[tuple[str, str]] = (),
     ) -> RecordedRequest:
-        """Record a request, redacting its secret headers."""
-        return cls(path, redact_headers(headers), json, method)
+        """Record a request, redacting its secret headers and query values.
+
+        Example:
+            >>> req = RecordedRequest.build("/v1/chat/completions", {}, None,
+            ...                             query={"api-version": "2024-10-21", "key": "s3"})
+            >>> dict(req.query)
+            {'api-version': '2024-10-21', 'key': '***'}
+        """
+        return cls(path, redact_headers(headers), json, method, _redact_query(query))
 
     @property
     def wire_format(self) -> WireFormat | None:

@@ -349,7 +349,7 @@ class LLMServer:
         except ValueError:
             body = None
         recorded = RecordedRequest.build(
-            request.path, request.headers.items(), body, request.method
+            request.path, request.headers.items(), body, request.method, request.query.items()
         )
         self.requests.append(recorded)
         self._notify()

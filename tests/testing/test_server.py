@@ -634,3 +634,17 @@ def test_in_thread_serves_sync_code() -> None:
 def test_in_thread_reports_a_port_in_use() -> None:
     with LLMServer.in_thread() as server, pytest.raises(OSError, match="address already in use"):
         LLMServer.in_thread(port=server.port).start()
+
+
+@pytest.mark.asyncio
+async def test_the_query_is_recorded_with_key_like_values_redacted(
+    llm_server: LLMServer, http: aiohttp.ClientSession
+) -> None:
+    """Azure-style endpoints carry ``api-version`` (and sometimes a key) in the query."""
+    path = "/v1/chat/completions?api-version=2024-10-21&key=s3cr3t-value"
+    status, _, _ = await post(http, llm_server, path, {"messages": []})
+    assert status == 200
+    [request] = llm_server.requests
+    assert request.path == "/v1/chat/completions"
+    assert dict(request.query) == {"api-version": "2024-10-21", "key": "***"}
+    assert "s3cr3t" not in repr(request)
