@@ -618,10 +618,14 @@ def iter_events(
     if decoder is None:
         decoder = SSEDecoder()
     feed = decoder.feed
-    for chunk in chunks:
-        yield from feed(chunk)
-        if decoder.error is not None:
-            break
+    try:
+        for chunk in chunks:
+            yield from feed(chunk)
+            if decoder.error is not None:
+                break
+    except LimitExceeded:
+        decoder.close()  # ready for a reconnection, as when close() raises the kept error
+        raise
     yield from decoder.close()
 
 
@@ -643,10 +647,14 @@ async def aiter_events(
     if decoder is None:
         decoder = SSEDecoder()
     feed = decoder.feed
-    async for chunk in chunks:
-        for event in feed(chunk):
-            yield event
-        if decoder.error is not None:
-            break
+    try:
+        async for chunk in chunks:
+            for event in feed(chunk):
+                yield event
+            if decoder.error is not None:
+                break
+    except LimitExceeded:
+        decoder.close()  # ready for a reconnection (see iter_events)
+        raise
     for event in decoder.close():
         yield event

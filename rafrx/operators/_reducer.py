@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Generic, Protocol, TypeVar
 
 from reactivex import Observable, abc
-from reactivex.disposable import Disposable, SingleAssignmentDisposable
+from reactivex.disposable import CompositeDisposable, Disposable, SingleAssignmentDisposable
 from reactivex.internal.exceptions import SequenceContainsNoElementsError
 from reactivex.scheduler import CurrentThreadScheduler
 
@@ -212,23 +212,27 @@ def _never() -> bool:
     return False
 
 
-def _soon(action: Callable[[], None]) -> None:
-    """Run ``action`` now or, inside Rx's ``subscribe``, right after it.
+def _soon(action: Callable[[], None], scheduler: abc.SchedulerBase | None) -> abc.DisposableBase:
+    """Run ``action`` as ``reactivex.from_iterable`` runs its loop.
 
-    ``Observable.subscribe`` runs on a trampoline (the current thread
-    scheduler) and stores the subscription's disposable before it runs the
-    next action, so a subscriber that disposes (``take(n)``) can stop a source
-    driven from there, as it stops ``reactivex.from_iterable``.
+    On ``scheduler`` when one is given (``Observable.run`` passes a new
+    thread's); else on the current thread's trampoline when one is running
+    (inside Rx's ``subscribe``, which stores the subscription's disposable
+    before the next action: a subscriber that disposes, ``take(n)``, can stop
+    the source); else now, during the call.
     """
-    trampoline = CurrentThreadScheduler.singleton()
-    if trampoline.schedule_required():  # no trampoline running: a direct call
-        action()
-        return
 
     def run(_scheduler: abc.SchedulerBase, _state: Any = None) -> None:
         action()
 
-    trampoline.schedule(run)
+    if scheduler is not None and not isinstance(scheduler, CurrentThreadScheduler):
+        return scheduler.schedule(run)
+    trampoline = CurrentThreadScheduler.singleton()
+    if trampoline.schedule_required():  # no trampoline running: a direct call
+        action()
+    else:
+        trampoline.schedule(run)
+    return Disposable()
 
 
 class SyncSource(_DirectPipe[A]):
@@ -269,8 +273,7 @@ class SyncSource(_DirectPipe[A]):
         def drive() -> None:
             self.drive(observer.on_next, observer.on_error, observer.on_completed, lambda: disposed)
 
-        _soon(drive)
-        return Disposable(dispose)
+        return CompositeDisposable(_soon(drive, scheduler), Disposable(dispose))
 
 
 class ReducedObservable(_DirectPipe[B]):
@@ -366,7 +369,7 @@ class ReducedObservable(_DirectPipe[B]):
             if at_once:
                 drive()
             else:
-                _soon(drive)
+                upstream.disposable = _soon(drive, scheduler)
         else:
             upstream.disposable = source.subscribe(
                 on_next, on_error, on_completed, scheduler=scheduler

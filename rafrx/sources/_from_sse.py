@@ -40,12 +40,13 @@ def from_sse(
     :class:`~rafrx.errors.MalformedEvent`, :class:`~rafrx.errors.LimitExceeded`.
     Exceptions raised by ``chunks`` itself are forwarded as they are.
 
-    * ``bytes`` (a whole body) or a sync iterable of byte chunks: the updates
-      are emitted synchronously during ``subscribe`` (no event loop needed),
-      and the iterator is closed afterwards. Reading stops at the terminal
-      marker or an error, not when a downstream operator such as ``take(n)``
-      completes early (the subscription only exists once ``subscribe``
-      returns): do not feed it an endless sync iterator.
+    * ``bytes`` (a whole body) or a sync iterable of byte chunks: read as
+      ``reactivex.from_iterable`` reads its iterable (no event loop needed):
+      during ``subscribe``, or right after it inside Rx's ``subscribe`` (on
+      the current thread's trampoline), or on the scheduler the subscription
+      names (``Observable.run`` names a new thread's). Reading stops at the
+      terminal marker, an error, or when the subscription is disposed (a
+      ``take(n)`` that has its items), and the iterator is then closed.
     * An async iterable of byte chunks: ``subscribe`` must be called with an
       asyncio loop running; a task on that loop reads the chunks. Disposing
       the subscription cancels the task and closes the async iterator
@@ -112,6 +113,8 @@ class _SyncBody(SyncSource[AgentResponseUpdate]):
         on_completed: Callable[[], None],
         stopped: Callable[[], bool] = lambda: False,
     ) -> None:
+        if stopped():  # disposed before the drive began: read nothing
+            return
         decoder = self._make()
         iterator = iter(self._chunks)
         try:
