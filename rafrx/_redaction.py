@@ -9,6 +9,8 @@ and hands each item back with its own piece of the result.
 
 from __future__ import annotations
 
+import functools
+import json
 import os
 import re
 from collections import deque
@@ -38,34 +40,59 @@ SECRET_HEADERS: Final = frozenset(
     }
 )
 _SECRET_ENV: Final = re.compile(r"(API_KEY|_TOKEN|_SECRET|PASSWORD|APIKEY)$", re.IGNORECASE)
+# Where a key may begin: not right after an ASCII letter, digit or "_" (``\b``
+# would count CJK text, or a latin-1 reading of UTF-8 bytes, as word characters).
+_START: Final = r"(?<![A-Za-z0-9_])"
 _PATTERNS: Final = (
-    re.compile(r"\b(?P<s>sk-[A-Za-z0-9_\-]{16,})"),
-    re.compile(r"\b(?P<s>AIza[0-9A-Za-z_\-]{30,})"),
-    re.compile(r"(?i)\bbearer\s+(?P<s>[A-Za-z0-9._~+/=\-]{8,})"),
+    re.compile(_START + r"(?P<s>sk-[A-Za-z0-9_\-]{16,})"),
+    re.compile(_START + r"(?P<s>AIza[0-9A-Za-z_\-]{30,})"),
+    re.compile(r"(?i)" + _START + r"bearer\s+(?P<s>[A-Za-z0-9._~+/=\-]{8,})"),
     re.compile(r"(?i)[?&](?:api_key|apikey|key|token|access_token)=(?P<s>[^&#\s\"']+)"),
 )
 
 
-def _found(text: str, secrets: Iterable[str], begin: int = 0) -> list[tuple[int, int, int]]:
-    """``(match start, secret start, secret end)`` of each secret found in ``text``.
+@functools.lru_cache(maxsize=256)
+def _forms(secret: str) -> tuple[str, ...]:
+    """``secret`` as it may appear in text: as is, and escaped inside a JSON string.
 
-    Only matches from ``begin`` on count; the characters before are context
-    (for the patterns' ``\\b``). A pattern's match can start before its
-    secret: ``Bearer`` is part of the match, not of the secret.
+    Example:
+        >>> _forms('pa"ss\\nwörd')
+        ('pa"ss\\nwörd', 'pa\\\\"ss\\\\nwörd', 'pa\\\\"ss\\\\nw\\\\u00f6rd')
     """
-    found: list[tuple[int, int, int]] = []
+    escaped = json.dumps(secret, ensure_ascii=False)[1:-1], json.dumps(secret)[1:-1]
+    return tuple(dict.fromkeys((secret, *escaped)))
+
+
+def _found(text: str, secrets: Iterable[str], begin: int = 0) -> list[tuple[int, int, int, int]]:
+    """``(match start, secret start, secret end, pattern)`` of each secret in ``text``.
+
+    ``pattern`` is the index in ``_PATTERNS`` of the pattern that found it, or
+    -1 for one of ``secrets``.
+
+    Each secret is looked for as is and escaped as in a JSON string (the raw
+    arguments of a call); matches of the patterns may overlap. Only matches
+    from ``begin`` on count; the characters before are context (where a key
+    may begin). A pattern's match can start before its secret: ``Bearer`` is
+    part of the match, not of the secret.
+    """
+    found: list[tuple[int, int, int, int]] = []
     for secret in secrets:
-        start = text.find(secret, begin) if secret else -1
-        while start >= 0:
-            found.append((start, start, start + len(secret)))
-            start = text.find(secret, start + 1)
-    for pattern in _PATTERNS:
-        found.extend((m.start(), *m.span("s")) for m in pattern.finditer(text, begin))
+        for form in _forms(secret) if secret else ():
+            start = text.find(form, begin)
+            while start >= 0:
+                found.append((start, start, start + len(form), -1))
+                start = text.find(form, start + 1)
+    for index, pattern in enumerate(_PATTERNS):
+        # Overlapping matches too: a "Bearer x" inside another key's run is one more key.
+        match = pattern.search(text, begin)
+        while match is not None:
+            found.append((match.start(), *match.span("s"), index))
+            match = pattern.search(text, match.start() + 1)
     return found
 
 
 def _spans(text: str, secrets: Iterable[str]) -> list[tuple[int, int]]:
-    return [(start, end) for _, start, end in _found(text, secrets)]
+    return [(start, end) for _, start, end, _ in _found(text, secrets)]
 
 
 def env_secrets() -> list[str]:
@@ -125,27 +152,45 @@ def redact_headers(headers: Mapping[str, str], secrets: Iterable[str] = ()) -> d
 
 #: What, at the very end of a text, could still grow into a match of ``_PATTERNS``.
 _OPEN_PATTERNS: Final = (
-    re.compile(r"\bs(?:k(?:-[A-Za-z0-9_\-]*)?)?\Z"),
-    re.compile(r"\bA(?:I(?:z(?:a[0-9A-Za-z_\-]*)?)?)?\Z"),
-    re.compile(r"(?i)\bb(?:e(?:a(?:r(?:e(?:r(?:\s+[A-Za-z0-9._~+/=\-]*)?)?)?)?)?)?\Z"),
-    re.compile(r"(?i)[?&](?:[a-z_]*|(?:api_key|apikey|key|token|access_token)=[^&#\s\"']*)\Z"),
+    re.compile(_START + r"s(?:k(?:-[A-Za-z0-9_\-]*)?)?\Z"),
+    re.compile(_START + r"A(?:I(?:z(?:a[0-9A-Za-z_\-]*)?)?)?\Z"),
+    re.compile(r"(?i)" + _START + r"b(?:e(?:a(?:r(?:e(?:r(?:\s+[A-Za-z0-9._~+/=\-]*)?)?)?)?)?)?\Z"),
+    re.compile(r"(?i)[?&](?:[a-z_]{0,12}|(?:api_key|apikey|key|token|access_token)=[^&#\s\"']*)\Z"),
 )
 
+#: A short complete match of each of ``_PATTERNS``: the context that lets a key
+#: which is still growing be matched on, without holding its whole run.
+_STAND_INS: Final = ("sk-" + "x" * 16, "AIza" + "x" * 30, "bearer xxxxxxxx", "?key=x")
 
-def _open_at(text: str, secrets: Iterable[str], begin: int = 0) -> int:
-    """Where the tail of ``text`` that could still grow into a secret starts.
 
-    ``len(text)`` when no suffix from ``begin`` on could begin a secret.
+def _prefix_at(text: str, secrets: Iterable[str], begin: int = 0, least: int = 1) -> int:
+    """Where the longest tail of ``text`` that is a proper prefix of a secret starts.
+
+    Only tails from ``begin`` on and of at least ``least`` characters count;
+    ``len(text)`` when there is none.
     """
     at = len(text)
     for secret in secrets:
-        for size in range(min(len(secret) - 1, len(text) - begin), 0, -1):
-            if text.endswith(secret[:size]):
-                at = min(at, len(text) - size)
-                break
+        for form in _forms(secret):
+            for size in range(min(len(form) - 1, len(text) - begin), least - 1, -1):
+                if text.endswith(form[:size]):
+                    at = min(at, len(text) - size)
+                    break
+    return at
+
+
+def _open_at(text: str, secrets: Iterable[str], begin: int = 0, keys: Iterable[int] = ()) -> int:
+    """Where the tail of ``text`` that could still grow into a secret starts.
+
+    ``len(text)`` when no suffix from ``begin`` on could begin a secret. A
+    tail starting at one of ``keys`` (a complete key, growing) does not count.
+    """
+    at = _prefix_at(text, secrets, begin)
     for pattern in _OPEN_PATTERNS:
         match = pattern.search(text, begin)
-        if match:
+        while match is not None and match.start() in keys:  # a later start may still be open
+            match = pattern.search(text, match.start() + 1)
+        if match is not None:
             at = min(at, match.start())
     return at
 
@@ -184,6 +229,8 @@ def _piece(text: str, start: int, end: int, spans: list[tuple[int, int]]) -> str
     out.append(text[position:end])
     return "".join(out)
 
+
+_LEAST_PREFIX: Final = 4  # a stream ending in this much of a secret ends redacted
 
 # A channel is one stream of deltas whose texts join up: the answer, the
 # reasoning, one call's raw arguments, one string argument's decoded value.
@@ -252,7 +299,8 @@ class _Held:
 class _Pending:
     """A channel's text not yet settled, and the pieces it is made of."""
 
-    before: str = ""  # the last settled character: context for ``\\b``
+    before: str = ""  # settled text kept as context: where a key may begin, or continue
+    resume: tuple[int, ...] = ()  # where in ``before`` keys begin that may go on in ``text``
     text: str = ""
     owners: list[tuple[_Held, int, int, int]] = attrs.Factory(list)  # held, piece, start, end
 
@@ -306,26 +354,43 @@ class DeltaRedactor:
         base = len(pending.before)
         text = pending.before + pending.text
         found = _found(text, self._secrets, base)
-        spans = _merged((s - base, e - base) for _, s, e in found)
-        matches = [(m - base, e - base) for m, _, e in found]
+        if pending.resume:  # and the keys begun in the context, found again with their end
+            again = _found(text, self._secrets, 0)
+            found += [f for f in again if f[0] in pending.resume and f[0] < base]
+        if final:  # the text ends inside a secret (the stream stopped there): hide that much
+            cut_short = _prefix_at(text, self._secrets, base, least=_LEAST_PREFIX)
+            found.append((cut_short, cut_short, len(text), -1))
+        spans = _merged((s - base, e - base) for _, s, e, _ in found if e > s)
+        # A complete key at the end may still grow, but the pieces it covers already
+        # read the same whatever comes: they need not wait for its end.
+        growing = {m: p for m, _, e, p in found if p >= 0 and e == len(text)}
         limit = len(pending.text)
         if not final:
-            limit = _open_at(text, self._secrets, base) - base
+            limit = _open_at(text, self._secrets, base, growing) - base
         count, cut = 0, 0
         for _, _, _, end in pending.owners:
             if end > limit:
                 break
             count, cut = count + 1, end
-        while count and any(m < cut < e for m, e in matches):
-            count -= 1
-            cut = pending.owners[count - 1][3] if count else 0
         for held, index, start, end in pending.owners[:count]:
             held.texts[index] = Settled(_piece(pending.text, start, end, spans))
             held.waiting -= 1
-        if count:
-            pending.before = (pending.before + pending.text[:cut])[-1:]
-            pending.text = pending.text[cut:]
-            pending.owners = [(h, i, s - cut, e - cut) for h, i, s, e in pending.owners[count:]]
+        if not count:
+            return
+        settled = pending.before + pending.text[:cut]
+        crossing = [m for m, _, e, _ in found if m < base + cut < e]
+        if growing and cut == len(pending.text) and not final:
+            # (its last character is the real one: what follows sees the same neighbour)
+            stand_in = _STAND_INS[growing[min(growing)]][:-1] + settled[-1]
+            pending.before, pending.resume = stand_in, (0,)
+        elif crossing:  # keep the matches' start in view, so that they are found again
+            first = min(crossing)
+            pending.before = settled[first:]
+            pending.resume = tuple(m - first for m in crossing)
+        else:
+            pending.before, pending.resume = settled[-1:], ()
+        pending.text = pending.text[cut:]
+        pending.owners = [(h, i, s - cut, e - cut) for h, i, s, e in pending.owners[count:]]
 
     def _ready(self) -> list[tuple[Any, Any]]:
         out: list[tuple[Any, Any]] = []

@@ -54,6 +54,7 @@ from yarl import URL
 
 from rafrx import content, errors, events, updates
 from rafrx._redaction import (
+    REDACTED,
     SECRET_HEADERS,
     DeltaRedactor,
     Settled,
@@ -117,8 +118,10 @@ _TAGS: Final = frozenset({"$type", "$dict", "$repr"})
 def _encode(value: Any, secrets: tuple[str, ...]) -> Any:
     if isinstance(value, FinishReason):
         return value.value
-    if value is None or isinstance(value, bool | int | float):
+    if value is None or isinstance(value, bool):
         return value
+    if isinstance(value, int | float):  # a PIN given as a number
+        return value if redact_with(repr(value), secrets) == repr(value) else REDACTED
     if isinstance(value, str):
         return str(value) if type(value) is Settled else redact_with(value, secrets)
     if attrs.has(type(value)) and _NESTED.get(type(value).__name__) is type(value):
@@ -126,7 +129,7 @@ def _encode(value: Any, secrets: tuple[str, ...]) -> Any:
     if isinstance(value, list | tuple):
         return [_encode(v, secrets) for v in value]
     if isinstance(value, Mapping):
-        encoded = {str(k): _encode(v, secrets) for k, v in value.items()}
+        encoded = {redact_with(str(k), secrets): _encode(v, secrets) for k, v in value.items()}
         return {"$dict": encoded} if encoded.keys() & _TAGS else encoded
     return {"$repr": redact_with(repr(value), secrets)}
 
@@ -289,7 +292,10 @@ def record(
     file), items pass through unchanged. A delta whose text ends with what
     could be the start of a secret is written once the next deltas of its
     channel (the answer, the reasoning, one call's arguments) tell, so a
-    secret split between deltas is redacted as a whole. The file is closed when the stream
+    secret split between deltas is redacted as a whole; a stream that stops
+    inside a secret (four characters of it or more) ends in ``[REDACTED]``.
+    Secrets are also found escaped as in JSON (raw arguments), in mapping
+    keys and as numbers. The file is closed when the stream
     completes, fails or is disposed; a disposed stream has no end line, so
     its :func:`replay` ends with :class:`~rafrx.errors.IncompleteStream`.
 

@@ -10,7 +10,7 @@ from typing import Any
 import hypothesis.strategies as st
 import pytest
 import reactivex
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from reactivex import operators as rx
 from reactivex.subject import Subject
 
@@ -23,6 +23,11 @@ from rafrx.response import AgentResponseResult, FinishReason
 
 SECRET = "hunter2-hunter2"
 KEY = "sk-proj-0123456789abcdefXYZ"
+
+
+def ends_in_a_secret(text: str, secrets: list[str]) -> bool:
+    """Whether ``text`` ends in the first 4 or more characters of a secret (not all)."""
+    return any(text.endswith(s[:k]) for s in secrets for k in range(4, len(s)))
 
 
 def cuts(text: str, points: list[int]) -> list[str]:
@@ -54,6 +59,7 @@ _words = st.sampled_from(
 def test_text_deltas_redact_like_the_joined_text(
     tmp_path_factory: pytest.TempPathFactory, text: str, points: list[int]
 ) -> None:
+    assume(not ends_in_a_secret(text, [SECRET]))  # (pinned apart: a stream stopped in a secret)
     path = tmp_path_factory.mktemp("rec") / "turn.jsonl"
     items: list[Any] = [u.TextDelta(piece) for piece in cuts(text, points)]
     items.append(u.Finish(FinishReason.STOP))
@@ -78,6 +84,7 @@ def test_any_split_and_secrets_redact_like_the_joined_text(
     text: str, points: list[int], secrets: list[str]
 ) -> None:
     """Overlapping, adjacent and one-letter secrets included."""
+    assume(not ends_in_a_secret(text, secrets))  # (pinned apart: a stream stopped in a secret)
     redactor = DeltaRedactor(secrets)
     pieces = cuts(text, points)
     written = [out for p in pieces for out in redactor.push(0, u.TextDelta(p))]
@@ -162,7 +169,8 @@ def test_held_deltas_are_written_when_the_stream_fails(tmp_path: Path) -> None:
     )
     with pytest.raises(StreamInterrupted):
         record(failing, path, secrets=[SECRET]).run()
-    assert load(path).items == [u.TextDelta("hunter2-hun")]  # not a secret after all
+    # the stream stopped inside what may be the secret: that much of it is hidden
+    assert load(path).items == [u.TextDelta("[REDACTED]")]
     assert isinstance(load(path).error, StreamInterrupted)
 
 
@@ -177,9 +185,35 @@ def test_held_deltas_are_written_when_the_subscriber_disposes(tmp_path: Path) ->
     source.on_next(u.TextDelta("-hunter2"))  # after the dispose: neither seen nor written
 
     assert seen == [u.TextDelta("ok "), u.TextDelta("hunter2")]
-    assert load(path).items == seen
+    assert load(path).items == [u.TextDelta("ok "), u.TextDelta("[REDACTED]")]
     replayed: list[Any] = []
     errors: list[Exception] = []
     replay(path).subscribe(replayed.append, errors.append)
-    assert replayed == seen
+    assert replayed == load(path).items
     assert isinstance(errors[0], IncompleteStream)
+
+
+def test_a_stream_that_stops_inside_a_secret_hides_that_much_of_it() -> None:
+    """Four characters or more of a secret at the very end are hidden; fewer
+    (too common to tell) and anything short of a key's pattern are kept."""
+    for text, kept in [
+        ("code hunter2-hun", "code [REDACTED]"),
+        ("code hunt", "code [REDACTED]"),
+        ("code hun", "code hun"),
+        ("key sk-proj-01", "key sk-proj-01"),
+    ]:
+        redactor = DeltaRedactor([SECRET])
+        written = [*redactor.push(0, u.TextDelta(text)), *redactor.flush()]
+        assert [item.delta for _, item in written] == [kept]
+
+
+def test_a_long_key_run_is_redacted_in_linear_work() -> None:
+    """A key that goes on and on is settled as it grows: each push looks at a
+    short context, not at the whole run held back."""
+    redactor = DeltaRedactor([])
+    run = ["see sk-", *["abcd"] * 20_000, " done"]
+    written = [item for piece in run for _, item in redactor.push(0, u.TextDelta(piece))]
+    written += [item for _, item in redactor.flush()]
+    assert len(written) == len(run)
+    assert "".join(i.delta for i in written) == "see [REDACTED] done"
+    assert max(len(p.before) + len(p.text) for p in redactor._channels.values()) < 64
