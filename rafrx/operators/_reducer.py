@@ -236,12 +236,14 @@ def _soon(action: Callable[[], None], scheduler: abc.SchedulerBase | None) -> ab
 
 
 class SyncSource(_DirectPipe[A]):
-    """A cold source that emits everything synchronously while it is subscribed.
+    """A cold source that reads its input synchronously, as ``reactivex.from_iterable`` does.
 
-    Subclasses implement :meth:`drive`. A reducer operator applied to one
-    calls :meth:`drive` with its own callbacks instead of subscribing through
-    Rx observers, which saves an observer call per item. ``from_sse`` over
-    bytes or a sync iterable is one.
+    Subclasses implement :meth:`drive`; a subscription runs it as
+    :func:`_soon` says (at once when nothing else decides), and disposing it
+    stops the drive. A reducer operator applied to one calls :meth:`drive`
+    with its own callbacks instead of subscribing through Rx observers, which
+    saves an observer call per item. ``from_sse`` over bytes or a sync
+    iterable is one.
     """
 
     def __init__(self) -> None:
