@@ -14,18 +14,16 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any
-from unittest import mock
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rafrx.sources import AnthropicDialect, OpenAIChatDialect
-from rafrx.sources.dialects import anthropic, openai_chat
 from rafrx.sse import ServerSentEvent
+from tests.sources.test_dialect_fast_paths import general_path_only, replay
 
 FAST = settings(
     max_examples=80,
@@ -33,26 +31,6 @@ FAST = settings(
     database=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
-
-
-@contextmanager
-def general_path_only() -> Iterator[None]:
-    with (
-        mock.patch.object(openai_chat, "_fit_chunk", return_value=None),
-        mock.patch.object(anthropic, "_fit_block_delta", return_value=None),
-    ):
-        yield
-
-
-def replay(make: Callable[[], Any], events: list[ServerSentEvent]) -> list[Any]:
-    dialect = make()
-    seen: list[Any] = []
-    for event in [*events, None]:
-        try:
-            seen.append(dialect.close() if event is None else dialect.feed(event))
-        except Exception as err:  # the error is part of what must match
-            seen.append((type(err).__name__, str(err)))
-    return seen
 
 
 def both_ways(make: Callable[[], Any], events: list[ServerSentEvent]) -> tuple[Any, Any]:
