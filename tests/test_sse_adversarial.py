@@ -222,8 +222,11 @@ def test_limits_trip_for_the_same_bodies_however_split(
         got: Any = decode(chunks, decoder)
     except LimitExceeded:
         got = "raise"
-        with pytest.raises(LimitExceeded):  # refused until close()
-            decoder.feed(b"data: x\n\n")
+        # Raised by a feed(), it is refused until close(); raised by close() (kept
+        # from the last chunk, after its events), the decoder is already reset.
+        if decoder.error is not None:
+            with pytest.raises(LimitExceeded):
+                decoder.feed(b"data: x\n\n")
         with contextlib.suppress(LimitExceeded):
             decoder.close()  # it may report the error once more; it resets the decoder anyway
         if max_line >= 7:  # usable again after close()
