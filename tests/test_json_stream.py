@@ -43,14 +43,20 @@ Verdict = tuple[bool, Any]
 
 
 def same(a: Any, b: Any) -> bool:
-    """Type-aware, NaN-aware deep equality (1, 1.0 and True all differ); no recursion."""
+    """Deep equality that tells 1 / 1.0 / True apart, -0.0 from 0.0, and lets NaN == NaN.
+
+    No recursion: any nesting json.loads can build.
+    """
     todo = [(a, b)]
     while todo:
         x, y = todo.pop()
         if type(x) is not type(y):
             return False
         if isinstance(x, float):
-            if not (x == y or (math.isnan(x) and math.isnan(y))):
+            if math.isnan(x) or math.isnan(y):
+                if not (math.isnan(x) and math.isnan(y)):
+                    return False
+            elif x != y or math.copysign(1.0, x) != math.copysign(1.0, y):
                 return False
         elif isinstance(x, list):
             if len(x) != len(y):

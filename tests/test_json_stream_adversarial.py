@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import math
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -33,6 +32,7 @@ from hypothesis import strategies as st
 
 from rafrx import json_stream
 from rafrx.json_stream import ArgEvent, ArgMember, ArgProgress, StreamingArgsParser
+from tests.test_json_stream import same
 
 FAST = settings(
     max_examples=40,
@@ -42,32 +42,6 @@ FAST = settings(
 )
 
 # -- helpers ----------------------------------------------------------------
-
-
-def same(a: Any, b: Any) -> bool:
-    """Deep equality that tells 1 / 1.0 / True apart, -0.0 from 0.0, and lets NaN == NaN."""
-    todo = [(a, b)]
-    while todo:
-        x, y = todo.pop()
-        if type(x) is not type(y):
-            return False
-        if isinstance(x, float):
-            if math.isnan(x) or math.isnan(y):
-                if not (math.isnan(x) and math.isnan(y)):
-                    return False
-            elif x != y or math.copysign(1.0, x) != math.copysign(1.0, y):
-                return False
-        elif isinstance(x, list):
-            if len(x) != len(y):
-                return False
-            todo.extend(zip(x, y, strict=True))
-        elif isinstance(x, dict):
-            if list(x) != list(y):
-                return False
-            todo.extend((x[k], y[k]) for k in x)
-        elif x != y:
-            return False
-    return True
 
 
 def oracle(text: str) -> tuple[bool, Any]:

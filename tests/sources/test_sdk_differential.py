@@ -46,7 +46,7 @@ from rafrx.messages import ANTHROPIC_THINKING
 from rafrx.response import AgentResponse, FinishReason
 from rafrx.sources import from_sse
 from tests import cut
-from tests.strategies import chunks, unicode_text
+from tests.strategies import _ordered_starts, chunks, unicode_text
 
 SETTINGS = settings(
     max_examples=80,
@@ -182,25 +182,7 @@ def _calls(draw: st.DrawFn, prefix: str, max_size: int = 3) -> list[Call]:
 def _interleave(draw: st.DrawFn, queues: list[list[Any]]) -> list[Any]:
     """Merge queues, each in its own order, with every queue's head after the
     previous queue's head (parallel calls start in order, then interleave)."""
-    out: list[Any] = []
-    live: list[list[Any]] = []
-    for queue in [list(q) for q in queues if q]:
-        for _ in range(draw(st.integers(0, 3))):
-            if not live:
-                break
-            i = draw(st.integers(0, len(live) - 1))
-            out.append(live[i].pop(0))
-            if not live[i]:
-                live.pop(i)
-        out.append(queue.pop(0))
-        if queue:
-            live.append(queue)
-    while live:
-        i = draw(st.integers(0, len(live) - 1))
-        out.append(live[i].pop(0))
-        if not live[i]:
-            live.pop(i)
-    return out
+    return _ordered_starts(draw, [[[item] for item in q] for q in queues if q])
 
 
 def _groups(draw: st.DrawFn, items: list[Any], max_size: int = 3) -> list[list[Any]]:
