@@ -25,11 +25,14 @@ from typing import Any, final
 import attrs
 
 __all__ = [
+    "ANTHROPIC_THINKING",
+    "OPENAI_REASONING",
     "ChatMessage",
     "MessageRole",
     "MessageSource",
     "ToolCall",
     "from_anthropic",
+    "provider_data_of",
     "to_anthropic",
 ]
 
@@ -257,6 +260,27 @@ def _parsed_call(call_id: str, name: str, raw: str) -> ToolCall:
 
 #: ``provider_data`` key holding an assistant message's Anthropic thinking blocks.
 ANTHROPIC_THINKING = "anthropic_thinking"
+
+#: ``provider_data`` key holding an assistant message's OpenAI Responses reasoning items.
+OPENAI_REASONING = "openai_reasoning"
+
+
+def provider_data_of(blocks: Iterable[Any]) -> dict[str, tuple[Any, ...]] | None:
+    """The ``provider_data`` of an assistant message that streamed ``blocks``.
+
+    Responses ``reasoning`` items go under :data:`OPENAI_REASONING`, every
+    other block (Anthropic thinking) under :data:`ANTHROPIC_THINKING`, so each
+    wire format sends back only its own; ``None`` when there are none.
+
+    Example:
+        >>> provider_data_of([{"type": "reasoning", "id": "rs_1"}])
+        {'openai_reasoning': ({'type': 'reasoning', 'id': 'rs_1'},)}
+    """
+    grouped: dict[str, list[Any]] = {}
+    for block in blocks:
+        is_item = isinstance(block, Mapping) and block.get("type") == "reasoning"
+        grouped.setdefault(OPENAI_REASONING if is_item else ANTHROPIC_THINKING, []).append(block)
+    return {key: tuple(kept) for key, kept in grouped.items()} or None
 
 
 def to_anthropic(messages: Iterable[ChatMessage]) -> tuple[str | None, list[dict[str, Any]]]:

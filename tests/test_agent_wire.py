@@ -44,6 +44,7 @@ import asyncio
 import json
 import re
 from collections.abc import AsyncIterator, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -56,7 +57,14 @@ from rafrx.content import ToolCalledContent
 from rafrx.errors import MaxStepsExceeded
 from rafrx.events import FinishEvent, ResponseStartedEvent, ToolApprovalRequestEvent
 from rafrx.history import InMemoryHistoryProvider
-from rafrx.messages import ChatMessage, MessageRole, MessageSource, from_anthropic, to_anthropic
+from rafrx.messages import (
+    OPENAI_REASONING,
+    ChatMessage,
+    MessageRole,
+    MessageSource,
+    from_anthropic,
+    to_anthropic,
+)
 from rafrx.operators import aggregate
 from rafrx.response import AgentResponseResult, FinishReason, Usage
 from rafrx.sources.clients import (
@@ -69,6 +77,7 @@ from rafrx.sources.clients import (
 from rafrx.testing import LLMServer, RecordedRequest, Replay, Reply, ToolCallSpec
 from rafrx.tools import tool
 
+FIXTURES = Path(__file__).parent / "data" / "fixtures"
 GUARD = 5.0  # seconds: a guard against hangs only, never reached by a passing test
 
 CLIENTS: dict[str, type[LLMClient]] = {
@@ -230,6 +239,7 @@ def _responses_problems(items: Sequence[Any], raw: frozenset[str]) -> list[str]:
     problems: list[str] = []
     calls: list[str] = []
     outputs: list[str] = []
+    reasoning: list[str] = []
     for i, item in enumerate(items):
         kind = item.get("type")
         if kind == "function_call":
@@ -251,7 +261,17 @@ def _responses_problems(items: Sequence[Any], raw: frozenset[str]) -> list[str]:
         elif kind in (None, "message"):
             if item.get("role") not in ("user", "assistant", "system", "developer"):
                 problems.append(f"input.{i}: role {item.get('role')!r}")
-        elif kind != "reasoning":
+        elif kind == "reasoning":
+            # OpenAI: "Item 'rs_…' of type 'reasoning' was provided without its required
+            # following item", and "Duplicate item found with id rs_…".
+            if not isinstance(item.get("id"), str) or not isinstance(item.get("summary"), list):
+                problems.append(f"input.{i}: malformed reasoning item {item!r}")
+            if i + 1 == len(items) or items[i + 1].get("type") == "function_call_output":
+                problems.append(f"input.{i}: reasoning item without its following item")
+            if item.get("id") in reasoning:
+                problems.append(f"input.{i}: duplicate reasoning item {item.get('id')!r}")
+            reasoning.append(item.get("id"))
+        else:
             problems.append(f"input.{i}: unknown item type {kind!r}")
     missing = [c for c in calls if c not in outputs]
     if missing:
@@ -793,7 +813,13 @@ async def test_history_saved_as_json_and_loaded_by_a_fresh_agent_sends_the_same_
     requests = server.requests
     assert len(requests) == 6
     assert_valid_and_growing(requests[:3])
-    assert unsigned(requests[5].json) == unsigned(requests[2].json)
+    sent = unsigned(requests[2].json)
+    if fmt == "openai-responses":
+        # The reasoning item went back within the first conversation; the chat-format
+        # JSON the second one was kept as has no place for it.
+        assert [i["type"] for i in sent["input"] if i.get("type") == "reasoning"] == ["reasoning"]
+        sent["input"] = [i for i in sent["input"] if i.get("type") != "reasoning"]
+    assert unsigned(requests[5].json) == sent
     assert requests[5].json != unsigned(requests[5].json) or fmt != "anthropic"  # signed
 
 
@@ -1033,6 +1059,55 @@ async def test_anthropic_redacted_and_signed_thinking_go_back_first_and_verbatim
     }
     assert response.reasoning_text == "Check the ☂ forecast."
     assert response.text == "Looking.Rain."
+
+
+@pytest.mark.asyncio
+async def test_responses_reasoning_items_go_back_before_their_call_verbatim(
+    server: LLMServer,
+) -> None:
+    """A real OpenAI recording (o4-mini, encrypted reasoning): its reasoning item goes back
+    whole, encrypted_content and all, right before the function call it led to, as the
+    Responses API asks of a stateless (store=false) tool loop; and only once."""
+    recording = FIXTURES / "openai-responses" / "responses-reasoning-summary-tool.sse"
+    done = [
+        json.loads(line[len("data: ") :])["item"]
+        for line in recording.read_text().splitlines()
+        if line.startswith("data: ") and '"response.output_item.done"' in line
+    ]
+    reasoning_item, call_item = done
+    assert reasoning_item["type"] == "reasoning"
+    assert reasoning_item["encrypted_content"]
+
+    @tool
+    def weather(location: str) -> str:
+        """The weather at a place."""
+        return f"{location}: 24 °C"
+
+    server.enqueue(Replay(recording, chunk_size=97), Reply(text="Warm."), Reply(text="Yes."))
+    async with OpenAIResponsesClient(server.url, "sk-test", model="o4-mini") as client:
+        agent = Agent(client, tools=[weather], history=InMemoryHistoryProvider())
+        response = await asyncio.wait_for(agent.send("Weather in Florence?"), GUARD)
+        await asyncio.wait_for(agent.send("Still warm?"), GUARD)
+    assert_valid_and_growing(server.requests)
+    second = non_system(server.requests[1])
+    assert second[1:] == [
+        reasoning_item,
+        {
+            "type": "function_call",
+            "call_id": call_item["call_id"],
+            "name": "weather",
+            "arguments": '{"location": "Florence, Italy"}',  # rafrx's own JSON of them
+        },
+        {
+            "type": "function_call_output",
+            "call_id": call_item["call_id"],
+            "output": "Florence, Italy: 24 °C",
+        },
+    ]
+    kept = response.turn_transcript[0].provider_data
+    assert kept == {OPENAI_REASONING: (reasoning_item,)}
+    third = non_system(server.requests[2])
+    assert [i.get("type") for i in third].count("reasoning") == 1  # from history, once
 
 
 @pytest.mark.asyncio

@@ -11,13 +11,16 @@ from hypothesis import assume, given, settings
 
 from rafrx.messages import (
     ANTHROPIC_THINKING,
+    OPENAI_REASONING,
     ChatMessage,
     MessageRole,
     MessageSource,
     ToolCall,
     from_anthropic,
+    provider_data_of,
     to_anthropic,
 )
+from rafrx.sources.clients import to_responses_input
 from tests.strategies import anthropic_conversations, argument_objects, openai_messages
 
 CALL = ToolCall("call_1", "read_file", {"path": "a.py", "opts": {"lines": [1, 2]}})
@@ -411,3 +414,34 @@ def test_to_anthropic_leaves_out_whitespace_only_text() -> None:
     assert [m["role"] for m in wire] == ["user", "assistant", "user"]
     assert [b["type"] for b in wire[1]["content"]] == ["tool_use"]
     assert [b["type"] for b in wire[2]["content"]] == ["tool_result"]
+
+
+def test_each_wire_format_sends_back_only_its_own_provider_blocks() -> None:
+    thinking = {"type": "thinking", "thinking": "Hm.", "signature": "sig"}
+    redacted = {"type": "redacted_thinking", "data": "RU5D"}
+    item = {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "gAAA"}
+    data = provider_data_of([thinking, item, redacted])
+    assert data == {ANTHROPIC_THINKING: (thinking, redacted), OPENAI_REASONING: (item,)}
+    assert provider_data_of([]) is None
+    assert provider_data_of(["opaque"]) == {ANTHROPIC_THINKING: ("opaque",)}
+    message = ChatMessage(
+        MessageRole.ASSISTANT,
+        "On it.",
+        tool_calls=[ToolCall("c1", "now", {})],
+        reasoning="Hm.",
+        provider_data=data,
+    )
+    assert to_responses_input([message]) == [
+        item,
+        {"role": "assistant", "content": "On it."},
+        {"type": "function_call", "call_id": "c1", "name": "now", "arguments": "{}"},
+    ]
+    _, wire = to_anthropic([message])
+    assert [b["type"] for b in wire[0]["content"]] == [
+        "thinking",
+        "redacted_thinking",
+        "text",
+        "tool_use",
+    ]
+    assert "reasoning_content" in message.to_openai()
+    assert "openai_reasoning" not in json.dumps(message.to_openai())

@@ -560,9 +560,18 @@ async def test_responses_agent_transcript_goes_back_as_input_items(
     llm_server: LLMServer,
 ) -> None:
     _, requests = await two_turns(llm_server, OpenAIResponsesClient(llm_server.url, "sk-t", "m"))
-    assert requests[1]["input"] == RESPONSES_TURN_ONE
+    # The reasoning item the server streamed goes back as it came, before the step's message.
+    reasoning = requests[1]["input"][2]
+    assert reasoning == {
+        "id": reasoning["id"],
+        "type": "reasoning",
+        "summary": [{"type": "summary_text", "text": "Need weather."}],
+    }
+    assert reasoning["id"].startswith("rs_")
+    turn_one = [*RESPONSES_TURN_ONE[:2], reasoning, *RESPONSES_TURN_ONE[2:]]
+    assert requests[1]["input"] == turn_one
     assert requests[2]["input"] == [
-        *RESPONSES_TURN_ONE,
+        *turn_one,
         {"role": "assistant", "content": "Paris and Rome are sunny."},
         {"role": "user", "content": "Thanks"},
     ]
@@ -592,6 +601,9 @@ def assert_responses_rules(items: list[dict[str, Any]]) -> None:
         elif item.get("type") == "function_call_output":
             assert item["call_id"] in called
             assert isinstance(item["output"], str)
+        elif item.get("type") == "reasoning":
+            assert isinstance(item["id"], str)
+            assert isinstance(item["summary"], list)
         else:
             assert item["role"] in ("system", "developer", "user", "assistant")
             assert isinstance(item["content"], str)

@@ -19,7 +19,13 @@ from rafrx.content import (
 )
 from rafrx.errors import RafrxError
 from rafrx.events import FinishEvent, ResponseStartedEvent
-from rafrx.messages import ANTHROPIC_THINKING, ChatMessage, MessageRole, MessageSource, ToolCall
+from rafrx.messages import (
+    ChatMessage,
+    MessageRole,
+    MessageSource,
+    ToolCall,
+    provider_data_of,
+)
 from rafrx.operators._reducer import reducer_operator
 from rafrx.response import AgentResponse, AgentResponseResult, FinishReason, Usage
 from rafrx.typing import Operator
@@ -66,9 +72,7 @@ class _Step:
             text,
             tool_calls=calls or None,
             reasoning=reasoning,
-            provider_data={ANTHROPIC_THINKING: tuple(self.provider_data)}
-            if self.provider_data
-            else None,
+            provider_data=provider_data_of(self.provider_data),
         )
 
     def joined_text(self) -> str:

@@ -41,7 +41,7 @@ from reactivex import Observable
 from yarl import URL
 
 from rafrx._redaction import SECRET_HEADERS
-from rafrx.messages import ChatMessage, MessageRole, to_anthropic
+from rafrx.messages import OPENAI_REASONING, ChatMessage, MessageRole, to_anthropic
 from rafrx.sources._http import (
     HTTPRequest,
     RetryPolicy,
@@ -123,7 +123,9 @@ def to_responses_input(messages: Iterable[ChatMessage]) -> list[dict[str, Any]]:
     """Messages as OpenAI Responses ``input`` items.
 
     Tool calls become ``function_call`` items, tool results
-    ``function_call_output`` items; the rest are role messages.
+    ``function_call_output`` items; the rest are role messages. The reasoning
+    items an assistant message kept (``provider_data[OPENAI_REASONING]``) go
+    back before it, as the Responses API asks in a tool loop.
 
     Example:
         >>> from rafrx.messages import ToolCall
@@ -141,6 +143,8 @@ def to_responses_input(messages: Iterable[ChatMessage]) -> list[dict[str, Any]]:
                 {"type": "function_call_output", "call_id": msg.tool_call_id, "output": msg.content}
             )
             continue
+        if msg.provider_data:
+            items.extend(dict(item) for item in msg.provider_data.get(OPENAI_REASONING, ()))
         if msg.content or not msg.tool_calls:
             items.append({"role": msg.role.value, "content": msg.content})
         for call in msg.tool_calls or ():

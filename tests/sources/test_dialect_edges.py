@@ -351,6 +351,24 @@ def test_responses_function_call_item_without_an_id_is_known_by_its_call_id() ->
     assert response.tool_calls == (ToolCall("call_9", "weather", {"city": "Oslo"}),)
 
 
+def test_responses_reasoning_item_is_kept_whole_once_and_only_with_an_id() -> None:
+    item = {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "gAAA=="}
+    out = run_all(
+        "openai-responses",
+        ev(r("response.output_item.added", item={"type": "reasoning", "id": "rs_1"})),
+        ev(r("response.reasoning_summary_text.delta", item_id="rs_1", delta="Hm.")),
+        ev(r("response.output_item.done", item=item)),
+        ev(r("response.output_item.done", item={"type": "reasoning", "summary": []})),
+        ev(r("response.output_item.done", item={"type": "reasoning", "id": 7})),
+        ev(COMPLETED),
+    )
+    assert out == [
+        u.ReasoningDelta("Hm."),
+        u.ReasoningDelta("", provider_data=item),
+        u.Finish(FinishReason.STOP),
+    ]
+
+
 def test_responses_content_part_done_without_its_ids_or_part_is_ignored() -> None:
     part = {"type": "output_text", "annotations": [{"url": "https://a.example"}]}
     out = run_all(

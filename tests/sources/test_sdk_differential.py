@@ -42,7 +42,7 @@ from openai.types.chat import ChatCompletionChunk
 from openai.types.responses import ResponseStreamEvent
 
 from rafrx import operators as ops
-from rafrx.messages import ANTHROPIC_THINKING
+from rafrx.messages import ANTHROPIC_THINKING, OPENAI_REASONING
 from rafrx.response import AgentResponse, FinishReason
 from rafrx.sources import from_sse
 from tests import cut
@@ -124,6 +124,7 @@ def _neutral_rafrx(response: AgentResponse) -> Neutral:
 # ------------------------------------------------------------------ shared strategies
 
 _ID_ALPHABET = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-"
+_BASE64URL = _ID_ALPHABET + "="
 
 
 def _ids(prefix: str) -> st.SearchStrategy[str]:
@@ -652,6 +653,8 @@ def _responses_output(draw: st.DrawFn) -> list[dict[str, Any]]:
             item["summary"] = [{"type": "summary_text", "text": t} for t in texts]
         else:
             item["content"] = [{"type": "reasoning_text", "text": t} for t in texts]
+        if draw(st.booleans()):  # with include=["reasoning.encrypted_content"]
+            item["encrypted_content"] = draw(st.text(_BASE64URL, min_size=1, max_size=40))
         items.append(item)
     for _ in range(draw(st.integers(0, 2))):
         refusal = draw(st.integers(0, 5)) == 0
@@ -878,7 +881,12 @@ def test_openai_responses_match_response_stream_state(data: st.DataObject) -> No
     final = _sdk_responses(body_chunks)
     # The generator is sound: the SDK rebuilds the planned output items.
     assert [item.id for item in final.output] == [item["id"] for item in plan.output]
-    assert _neutral_rafrx(_rafrx(body_chunks, "openai-responses")) == _neutral_responses(final)
+    response = _rafrx(body_chunks, "openai-responses")
+    assert _neutral_rafrx(response) == _neutral_responses(final)
+    # The reasoning items rafrx keeps to send back (encrypted_content and all) are the SDK's.
+    final_message = response.turn_transcript[-1] if response.turn_transcript else None
+    kept = ((final_message and final_message.provider_data) or {}).get(OPENAI_REASONING, ())
+    assert [dict(i) for i in kept] == [i.to_dict() for i in final.output if i.type == "reasoning"]
 
 
 def test_chat_arguments_cut_inside_an_escaped_surrogate_pair() -> None:

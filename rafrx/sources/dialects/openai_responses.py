@@ -8,7 +8,9 @@ no ``event:`` line):
   :class:`~rafrx.updates.TextDelta`;
 * ``response.reasoning_summary_text.delta`` and
   ``response.reasoning_text.delta`` → :class:`~rafrx.updates.ReasoningDelta`
-  (parts follow each other with no separator);
+  (parts follow each other with no separator); a finished ``reasoning`` item
+  with an id → ``ReasoningDelta("", provider_data=item)``, kept whole (with
+  its ``encrypted_content``) to go back in the next request of a tool loop;
 * a ``function_call`` output item → ``ToolCallStart(call_id, name)``, its
   ``function_call_arguments.delta`` events → ``ToolCallArgs`` and the first
   of ``function_call_arguments.done`` / ``output_item.done`` →
@@ -216,6 +218,8 @@ class OpenAIResponsesDialect:
             out = self._start_call(event, item)  # no-op when output_item.added came
             out += self._end_call(item_id or as_str(item.get("call_id")), item.get("arguments"))
             return out
+        if kind == "reasoning" and item_id is not None:
+            return [ReasoningDelta("", provider_data=item)]
         if kind == "message" and item_id is not None:
             out = []
             for index, part in enumerate(get_list(event, item, "content")):
