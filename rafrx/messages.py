@@ -113,7 +113,9 @@ class ChatMessage:
     Beyond the OpenAI fields, assistant messages keep ``reasoning`` (the
     reasoning text) and ``provider_data`` (opaque blocks such as Anthropic
     thinking signatures) because DeepSeek and Anthropic reject a tool-loop
-    continuation that drops them.
+    continuation that drops them. A tool message whose call failed has
+    ``is_error`` set: Anthropic gets it as the ``tool_result``'s ``is_error``,
+    the other APIs have no such field and read the ``"Error: …"`` text alone.
     """
 
     role: MessageRole = attrs.field(converter=MessageRole)
@@ -124,6 +126,7 @@ class ChatMessage:
     source: MessageSource | None = None
     reasoning: str | None = attrs.field(default=None, kw_only=True)
     provider_data: Mapping[str, Any] | None = attrs.field(default=None, kw_only=True)
+    is_error: bool = attrs.field(default=False, kw_only=True)
 
     # ------------------------------------------------------------ constructors
 
@@ -151,10 +154,15 @@ class ChatMessage:
 
     @classmethod
     def tool(
-        cls, result: str, call_id: str, *, source: MessageSource | None = MessageSource.TOOL_RESULT
+        cls,
+        result: str,
+        call_id: str,
+        *,
+        source: MessageSource | None = MessageSource.TOOL_RESULT,
+        is_error: bool = False,
     ) -> ChatMessage:
-        """A tool's result, answering the call ``call_id``."""
-        return cls(MessageRole.TOOL, result, tool_call_id=call_id, source=source)
+        """A tool's result, answering the call ``call_id`` (``is_error``: the call failed)."""
+        return cls(MessageRole.TOOL, result, tool_call_id=call_id, source=source, is_error=is_error)
 
     def with_source(self, source: MessageSource | None) -> ChatMessage:
         """The same message marked with another source."""
@@ -288,7 +296,8 @@ def to_anthropic(messages: Iterable[ChatMessage]) -> tuple[str | None, list[dict
 
     System messages are joined into ``system``; tool calls become
     ``tool_use`` blocks; consecutive tool results become one user message of
-    ``tool_result`` blocks; thinking blocks kept in ``provider_data`` go first.
+    ``tool_result`` blocks (``is_error`` for a failed call); thinking blocks
+    kept in ``provider_data`` go first.
     A message with nothing to send (an empty user message, an assistant turn
     with no text, call or thinking block) is left out: Anthropic refuses an
     empty content list.
@@ -306,7 +315,13 @@ def to_anthropic(messages: Iterable[ChatMessage]) -> tuple[str | None, list[dict
             system.append(msg.content)
             continue
         if msg.role is MessageRole.TOOL:
-            block = {"type": "tool_result", "tool_use_id": msg.tool_call_id, "content": msg.content}
+            block: dict[str, Any] = {
+                "type": "tool_result",
+                "tool_use_id": msg.tool_call_id,
+                "content": msg.content,
+            }
+            if msg.is_error:
+                block["is_error"] = True
             if out and out[-1]["role"] == "user" and _all_tool_results(out[-1]["content"]):
                 out[-1]["content"].append(block)
             else:
@@ -360,7 +375,12 @@ def from_anthropic(
         results = [b for b in content if b.get("type") == "tool_result"]
         if results:  # one TOOL message each, then the user's own text if it came with them
             out.extend(
-                ChatMessage.tool(_text_of(b.get("content")), b["tool_use_id"], source=None)
+                ChatMessage.tool(
+                    _text_of(b.get("content")),
+                    b["tool_use_id"],
+                    source=None,
+                    is_error=b.get("is_error") is True,
+                )
                 for b in results
             )
             content = [b for b in content if b.get("type") != "tool_result"]

@@ -151,7 +151,10 @@ def anthropic_conversations(draw: st.DrawFn) -> list[ChatMessage]:
         out.append(ChatMessage.system(draw(unicode_text())))
     user = st.builds(ChatMessage.user, unicode_text())
     tool = st.builds(
-        lambda text, call_id: ChatMessage.tool(text, call_id, source=None), unicode_text(), _ids()
+        lambda text, call_id, failed: ChatMessage.tool(text, call_id, source=None, is_error=failed),
+        unicode_text(),
+        _ids(),
+        st.booleans(),
     )
     # An assistant turn with no text, call or thinking block has no Anthropic form (an
     # empty content list is refused), so to_anthropic leaves it out: not drawn here.

@@ -668,6 +668,10 @@ async def test_every_failed_call_still_gets_exactly_one_result_on_the_wire(
     # the unparsable call goes back as a call (an object for Anthropic) with its result
     assert [c[0] for c in calls_of(server.requests[1])] == [c.id for c in calls]
     assert [(m.tool_call_id, m.content) for m in response.tool_messages] == sent
+    assert [m.is_error for m in response.tool_messages] == [False] + [True] * (len(calls) - 1)
+    if fmt == "anthropic":  # the one API with a flag for it
+        blocks = server.requests[1].messages[-1]["content"]
+        assert [b.get("is_error", False) for b in blocks] == [False] + [True] * (len(calls) - 1)
     assert response.text == "Partly done."
 
 

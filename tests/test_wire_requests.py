@@ -322,14 +322,15 @@ def anthropic_assistant_with_calls(signature: str) -> dict[str, Any]:
     }
 
 
-# All four results in the one user message right after the tool_use blocks.
+# All four results in the one user message right after the tool_use blocks; the denied
+# and the failed call marked is_error, as Anthropic asks of a failed tool.
 ANTHROPIC_TOOL_RESULTS = {
     "role": "user",
     "content": [
         {"type": "tool_result", "tool_use_id": "call_1", "content": "Paris: sunny"},
         {"type": "tool_result", "tool_use_id": "call_2", "content": "Rome: sunny"},
-        {"type": "tool_result", "tool_use_id": "call_3", "content": DENIED},
-        {"type": "tool_result", "tool_use_id": "call_4", "content": RAISED},
+        {"type": "tool_result", "tool_use_id": "call_3", "content": DENIED, "is_error": True},
+        {"type": "tool_result", "tool_use_id": "call_4", "content": RAISED, "is_error": True},
     ],
 }
 ANTHROPIC_TOOLS = [

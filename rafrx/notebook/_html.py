@@ -80,9 +80,10 @@ def message_html(message: ChatMessage) -> str:
     reasoning = (
         f'<div style="color:#888">{escape(message.reasoning)}</div>' if message.reasoning else ""
     )
+    style = "white-space:pre-wrap" + (";color:#c00" if message.is_error else "")
     return (
         f'<div class="rafrx-message"><b>{escape(message.role.value)}</b>: '
-        f'{reasoning}<span style="white-space:pre-wrap">{escape(message.content)}</span>'
+        f'{reasoning}<span style="{style}">{escape(message.content)}</span>'
         f"{calls}</div>"
     )
 

@@ -90,8 +90,11 @@ class _Step:
 
 
 def _tool_message(content: ToolCalledContent) -> ChatMessage:
-    text = content.result if content.error is None else f"Error: {content.error}"
-    return ChatMessage.tool(text or "", content.call_id, source=MessageSource.TOOL_RESULT)
+    failed = content.error is not None
+    text = f"Error: {content.error}" if failed else content.result
+    return ChatMessage.tool(
+        text or "", content.call_id, source=MessageSource.TOOL_RESULT, is_error=failed
+    )
 
 
 _AGGREGATED = frozenset(

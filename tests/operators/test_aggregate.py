@@ -68,7 +68,7 @@ def two_step_turn() -> list[Observable[AgentResponseResult]]:
 CALL_A = ToolCall("A", "read", {"path": "a.py"})
 CALL_B = ToolCall("B", "read", {"path": "b.py"})
 TOOL_B = ChatMessage.tool("print('b')", "B")
-TOOL_A = ChatMessage.tool("Error: FileNotFoundError: a.py", "A")
+TOOL_A = ChatMessage.tool("Error: FileNotFoundError: a.py", "A", is_error=True)
 
 
 # ---------------------------------------------------------------- marbles
