@@ -153,7 +153,9 @@ def flush_tool_calls(eager: bool = False) -> Operator[AgentResponseResult, Agent
     ``ToolCallEndContent`` (so tools can start while the model streams the
     next call). ``""`` arguments become ``{}``; invalid JSON sets ``error``
     and keeps ``raw_arguments``. A call whose arguments never ended (the
-    stream failed or was cut) is never flushed.
+    stream failed or was cut) is never flushed. A call flushed upstream
+    already (as ``convert()`` does) is not flushed again: applied twice, it
+    still hands each call to ``execute_tools`` once.
 
     .. marble::
         :text:

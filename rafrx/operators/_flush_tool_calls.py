@@ -6,6 +6,8 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+import attrs
+
 from rafrx._fragments import COMPACT_AT, compact, joined
 from rafrx.content import (
     ResponseMetadata,
@@ -67,18 +69,27 @@ class KeptCall:
         return ToolCallingContent(self.call_id, self.name, arguments, raw, error, meta=self.meta)
 
 
-_LIFECYCLE = frozenset({ToolCallStartContent, ToolCallArgsContent, ToolCallEndContent})
+_LIFECYCLE = frozenset(
+    {ToolCallStartContent, ToolCallArgsContent, ToolCallEndContent, ToolCallingContent}
+)
 
 
 class ToolCallFlusher:
-    """The reducer behind :func:`flush_tool_calls`."""
+    """The reducer behind :func:`flush_tool_calls`.
 
-    __slots__ = ("_calls", "_eager", "_id", "_model", "_started")
+    A call flushed upstream already (``flush_tool_calls`` applied twice, as
+    after ``convert()``) is flushed once: its upstream ``ToolCallingContent``
+    stands for the one this flusher would add (eager or not, whichever comes
+    first), so no tool runs twice.
+    """
+
+    __slots__ = ("_calls", "_eager", "_flushed", "_id", "_model", "_started")
 
     def __init__(self, eager: bool = False) -> None:
         self._eager = eager
         self._calls: dict[str, KeptCall] = {}  # by id: the latest call to start with it
         self._started: list[KeptCall] = []  # every call not flushed yet, in start order
+        self._flushed: dict[str, int] = {}  # eager flushes by id not yet met upstream
         self._id: str | None = None
         self._model: str | None = None
 
@@ -102,10 +113,14 @@ class ToolCallFlusher:
     def step(self, result: AgentResponseResult) -> Sequence[AgentResponseResult]:
         self._id, self._model = result.id, result.model  # the flushed results carry them
         eager: list[ToolCallingContent] = []
+        repeated: list[ToolCallingContent] = []
         for content in result.contents:
             if type(content) not in _LIFECYCLE:
                 continue
-            if isinstance(content, ToolCallArgsContent):
+            if isinstance(content, ToolCallingContent):
+                if self._flushed_upstream(content.call_id):
+                    repeated.append(content)
+            elif isinstance(content, ToolCallArgsContent):
                 self.arguments(content)
             elif isinstance(content, ToolCallStartContent):
                 # An id may come back in the next LLM call: the ended call stays in _started.
@@ -120,14 +135,49 @@ class ToolCallFlusher:
                     if self._eager:
                         eager.append(pending.calling())
                         del self._calls[pending.call_id]
+                        self._flushed[pending.call_id] = self._flushed.get(pending.call_id, 0) + 1
+        out: tuple[AgentResponseResult, ...] = (result,)
+        if repeated:
+            result = attrs.evolve(
+                result, contents=[c for c in result.contents if all(c is not r for r in repeated)]
+            )
+            empty = not (result.contents or result.events or result.finish_reason)
+            out = () if empty else (result,)
         if eager:
-            return (result, AgentResponseResult(self._id, self._model, None, eager))
-        return (result,)
+            return (*out, AgentResponseResult(self._id, self._model, None, eager))
+        return out
+
+    def _flushed_upstream(self, call_id: str) -> bool:
+        """Note that a flusher upstream flushed ``call_id``; whether this one already had.
+
+        The upstream ``ToolCallingContent`` then stands for this flusher's own: an
+        ended call still kept is forgotten (``False``: pass it on); one this
+        flusher flushed eagerly makes it a repeat (``True``: drop it).
+        """
+        for pending in self._started:
+            if pending.call_id == call_id and pending.ended:
+                self._started.remove(pending)
+                if self._calls.get(call_id) is pending:
+                    del self._calls[call_id]
+                return False
+        latest = self._calls.get(call_id)
+        if latest is not None and latest.ended:
+            del self._calls[call_id]  # (eager: not in _started)
+            return False
+        count = self._flushed.get(call_id, 0)
+        if not count:
+            return False
+        if count == 1:
+            del self._flushed[call_id]
+        else:
+            self._flushed[call_id] = count - 1
+        return True
 
     def finish(self) -> Sequence[AgentResponseResult]:
         calls = [p.calling() for p in self._started if p.ended]
         self._calls.clear()
         self._started.clear()
+        self._flushed.clear()
         if not calls:
             return ()
         return (AgentResponseResult(self._id, self._model, None, calls),)
@@ -135,6 +185,7 @@ class ToolCallFlusher:
     def fail(self, error: Exception) -> Sequence[AgentResponseResult]:
         self._calls.clear()
         self._started.clear()
+        self._flushed.clear()
         return ()
 
 

@@ -914,3 +914,33 @@ async def test_an_exception_whose_str_raises_becomes_the_calls_error_result(name
     called = {c.call_id: c for r in items for c in r.contents if isinstance(c, ToolCalledContent)}
     assert called["c1"].error is not None
     assert called["c2"] == ToolCalledContent("c2", result="sibling done")
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("eager", [False, True], ids=["lazy", "eager"])
+async def test_a_flush_after_convert_does_not_run_a_tool_twice(eager: bool) -> None:
+    """convert() already flushes; a flush_tool_calls() added after it (to get eager calls,
+    say) must not hand execute_tools each call a second time."""
+    runs: list[dict[str, Any]] = []
+
+    @tool
+    def launch(target: str) -> str:
+        """Not idempotent."""
+        runs.append({"target": target})
+        return "launched"
+
+    call = {"index": 0, "id": "c1", "function": {"name": "launch", "arguments": '{"target": "x"}'}}
+    body = (
+        b"data: " + json.dumps({"choices": [{"delta": {"tool_calls": [call]}}]}).encode() + b"\n\n"
+        b'data: {"choices": [{"delta": {}, "finish_reason": "tool_calls"}]}\n\n'
+        b"data: [DONE]\n\n"
+    )
+    source = from_sse(body).pipe(
+        ops.convert(), ops.flush_tool_calls(eager=eager), ops.execute_tools([launch])
+    )
+    recorder = await Recorder(source).wait()
+    assert recorder.error is None
+    assert runs == [{"target": "x"}]
+    assert list(recorder.called()) == ["c1"]
+    callings = [c for r in recorder.items for c in r.contents if isinstance(c, ToolCallingContent)]
+    assert [c.call_id for c in callings] == ["c1"]

@@ -21,7 +21,7 @@ from rafrx.content import (
 from rafrx.errors import ProviderError
 from rafrx.operators._flush_tool_calls import parse_arguments
 from rafrx.response import AgentResponseResult, FinishReason
-from tests.operators import contents, marble, records, run, subscribed
+from tests.operators import apart, contents, marble, records, run, subscribed
 
 R = AgentResponseResult
 META = ResponseMetadata("r", "m")
@@ -242,3 +242,49 @@ def test_parse_arguments() -> None:
     assert value is None
     assert error is not None
     assert error.startswith("invalid JSON arguments: ")
+
+
+# ---------------------------------------------------------------- applied twice
+
+TWO_CALLS_REUSING_AN_ID = [
+    start("A"),
+    args("A", '{"n": 1}'),
+    start("B"),
+    end("A"),
+    args("B", "{}"),
+    end("B"),
+    FINISH,
+    start("A"),  # the next LLM call reuses an id
+    args("A", '{"n": 2}'),
+    end("A"),
+    FINISH,
+]
+
+
+@pytest.mark.parametrize("first", [False, True], ids=["lazy", "eager"])
+@pytest.mark.parametrize("second", [False, True], ids=["then-lazy", "then-eager"])
+@pytest.mark.parametrize("fused", [True, False], ids=["fused", "apart"])
+def test_flushing_twice_flushes_each_call_once(first: bool, second: bool, fused: bool) -> None:
+    """flush_tool_calls() after one that already flushed (as after convert()) adds no
+    second ToolCallingContent: execute_tools would run the tool twice."""
+    once, errors = run(TWO_CALLS_REUSING_AN_ID, ops.flush_tool_calls(eager=first))
+    assert errors == []
+    pair = (ops.flush_tool_calls(eager=first), ops.flush_tool_calls(eager=second))
+    twice, errors = run(TWO_CALLS_REUSING_AN_ID, *pair if fused else (apart(*pair),))
+    assert errors == []
+    assert [(c.call_id, c.arguments) for c in callings(twice)] == [
+        (c.call_id, c.arguments) for c in callings(once)
+    ]
+    assert len(callings(once)) == 3
+    # the rest passes through as it came, and no result is left empty
+    others = [c for c in contents(twice) if not isinstance(c, ToolCallingContent)]
+    assert others == [c for c in contents(once) if not isinstance(c, ToolCallingContent)]
+    assert all(r.contents or r.finish_reason or r.events for r in twice)
+
+
+def test_a_calling_that_came_from_upstream_alone_passes_through() -> None:
+    """A ToolCallingContent with no lifecycle before it (a source that sends calls whole)
+    is not this flusher's to hold back."""
+    whole = R("r", "m", contents=[calling("Z", "f", {}, "{}")])
+    assert callings(flush(whole, FINISH)) == [calling("Z", "f", {}, "{}")]
+    assert callings(flush(whole, FINISH, eager=True)) == [calling("Z", "f", {}, "{}")]
