@@ -36,8 +36,9 @@ Example:
 from __future__ import annotations
 
 import asyncio
+import logging
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, Protocol
 
 from reactivex import Observable, abc
@@ -55,6 +56,8 @@ from rafrx.typing import Operator
 from rafrx.updates import AgentResponseUpdate
 
 __all__ = ["Agent", "ChatClient"]
+
+logger = logging.getLogger(__name__)
 
 #: Running turns, so that a turn nobody holds a reference to still runs to its end.
 _RUNNING: set[asyncio.Task[None]] = set()
@@ -135,6 +138,7 @@ class Agent:
         self.eager_tools = eager_tools
         self.concurrency = concurrency
         self.max_result_chars = max_result_chars
+        self._saving: set[asyncio.Future[None]] = set()  # saves of stopped turns, until done
         self._executor()  # validates the tool table (duplicate names, concurrency) up front
 
     def _executor(self) -> Operator[AgentResponseResult, AgentResponseResult]:
@@ -169,7 +173,10 @@ class Agent:
         are saved to history, then the observable completes: start the next
         turn on completion (or after awaiting :meth:`send`), not on the last
         ``FinishEvent``, which comes before the save. Disposal cancels the
-        running request and tools.
+        running request and tools at once (no tool starts and no approver is
+        asked after it); a save already begun runs on to its end (the agent's
+        next turn waits for it), so history never keeps a call without its
+        result.
 
         Errors: the client's errors end the turn (nothing is saved);
         :class:`~rafrx.errors.MaxStepsExceeded` after ``max_steps`` LLM
@@ -186,10 +193,11 @@ class Agent:
             except RuntimeError:
                 observer.on_error(RuntimeError("subscribe to Agent.run() from a running loop"))
                 return Disposable()
-            task = loop.create_task(_Turn(self, new_input, observer).run(), name="rafrx turn")
+            turn = _Turn(self, new_input, observer)
+            task = loop.create_task(turn.run(), name="rafrx turn")
             _RUNNING.add(task)
             task.add_done_callback(_RUNNING.discard)
-            return Disposable(lambda: _cancel(task))
+            return Disposable(lambda: _stop(turn, task))
 
         return Observable(subscribe)
 
@@ -203,7 +211,33 @@ class Agent:
         return await collect_agent_response(self.run(message_or_messages), agent_id=self.id)
 
 
-def _cancel(task: asyncio.Task[None]) -> None:
+async def _to_its_end(save: Awaitable[None], pending: set[asyncio.Future[None]]) -> None:
+    """Await a history save to its end, even when the turn is stopped meanwhile.
+
+    A save cut short could keep a tool call without its result, which every
+    later request on that history would be refused for. A stopped turn ends
+    at once and leaves its save running in ``pending`` (the agent's next turn
+    waits for it before loading); a failure no one is left to hear is logged.
+    """
+    saving = asyncio.ensure_future(save)
+    try:
+        await asyncio.shield(saving)
+    except asyncio.CancelledError:
+        pending.add(saving)
+        saving.add_done_callback(pending.discard)
+        saving.add_done_callback(_log_failed_save)
+        raise
+
+
+def _log_failed_save(saving: asyncio.Future[None]) -> None:
+    if not saving.cancelled() and saving.exception() is not None:
+        logger.error("saving a stopped turn's history failed", exc_info=saving.exception())
+
+
+def _stop(turn: _Turn, task: asyncio.Task[None]) -> None:
+    """Stop a turn at once: its current step's request and tools first (nothing more
+    starts, no approver is asked), then the task (which wakes later)."""
+    turn.stop()
     task.cancel()
 
 
@@ -220,6 +254,14 @@ class _Turn:
         self.new_input = new_input
         self.observer = observer
         self.turn = ResponseAggregator(agent.id)
+        self.stopped = False
+        self.current: abc.DisposableBase | None = None  # the running step's subscription
+
+    def stop(self) -> None:
+        """Dispose of the running step now; nothing is forwarded after this."""
+        self.stopped = True
+        if self.current is not None:
+            self.current.dispose()
 
     async def run(self) -> None:
         try:
@@ -245,6 +287,8 @@ class _Turn:
         agent = self.agent
         history: list[ChatMessage] = []
         if agent.history is not None:
+            if agent._saving:  # a stopped turn's save, still running: load what it saves
+                await asyncio.wait(agent._saving)
             loaded = await agent.history.load()
             history = [m.with_source(MessageSource.CHAT_HISTORY) for m in loaded]
         context: list[ChatMessage] = []
@@ -268,7 +312,8 @@ class _Turn:
                 f"(max_steps={agent.max_steps})"
             )
         if agent.history is not None:
-            await agent.history.save([*self.new_input, *self.turn.response().turn_transcript])
+            save = agent.history.save([*self.new_input, *self.turn.response().turn_transcript])
+            await _to_its_end(save, agent._saving)
 
     async def step(self, messages: Sequence[ChatMessage]) -> AgentResponse:
         """One LLM call and its tool runs; every result is forwarded downstream."""
@@ -277,7 +322,7 @@ class _Turn:
         step = ResponseAggregator(agent.id)
 
         def on_next(result: AgentResponseResult) -> None:
-            if done.done():
+            if done.done() or self.stopped:
                 return
             step.step(result)
             self.turn.step(result)
@@ -298,8 +343,10 @@ class _Turn:
         source = agent.client.stream(tuple(messages), agent.tools or None)
         results = source.pipe(convert(eager=agent.eager_tools), agent._executor())
         subscription = results.subscribe(on_next, on_error, on_completed)
+        self.current = subscription
         try:
             await done
         finally:
+            self.current = None
             subscription.dispose()
         return step.response()

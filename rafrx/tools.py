@@ -231,7 +231,8 @@ class Tool:
             InvalidToolArguments: the arguments do not fit the schema.
             ToolTimeout: the call took longer than ``timeout`` (it is
                 cancelled; a sync function's thread, or an async function
-                that ignores the cancellation, runs on to its end unheeded).
+                that ignores the cancellation, runs on to its end unheeded,
+                as it does when the call itself is cancelled).
             ToolExecutionError: the function raised; the message names the
                 exception type and message (a :class:`~rafrx.errors.ToolError`
                 it raises is passed on as is).
@@ -244,6 +245,7 @@ class Tool:
             finished, _ = await asyncio.wait((running,), timeout=self.timeout)
         except asyncio.CancelledError:
             running.cancel()
+            running.add_done_callback(_drop_outcome)  # how it ends is no one's concern now
             raise
         if not finished:
             running.cancel()

@@ -233,6 +233,8 @@ class _Runner:
         arguments = copy.deepcopy(call.arguments)
         request = ToolApprovalRequestEvent(call.call_id, call.name, arguments, tool.description)
         self.emit(AgentResponseResult(result.id, result.model, None, (), (request,)))
+        if self.stopped:  # disposed on seeing the request: no one is asked
+            raise asyncio.CancelledError
         if isinstance(approver, Observable):
             answer: Any = self.answers.pop(call.call_id, None)
             if answer is None and self.answers_closed is not None:
