@@ -117,10 +117,7 @@ class ToolCallFlusher:
         for content in result.contents:
             if type(content) not in _LIFECYCLE:
                 continue
-            if isinstance(content, ToolCallingContent):
-                if self._flushed_upstream(content.call_id):
-                    repeated.append(content)
-            elif isinstance(content, ToolCallArgsContent):
+            if isinstance(content, ToolCallArgsContent):
                 self.arguments(content)
             elif isinstance(content, ToolCallStartContent):
                 # An id may come back in the next LLM call: the ended call stays in _started.
@@ -136,6 +133,10 @@ class ToolCallFlusher:
                         eager.append(pending.calling())
                         del self._calls[pending.call_id]
                         self._flushed[pending.call_id] = self._flushed.get(pending.call_id, 0) + 1
+            elif isinstance(content, ToolCallingContent) and self._flushed_upstream(
+                content.call_id
+            ):
+                repeated.append(content)
         out: tuple[AgentResponseResult, ...] = (result,)
         if repeated:
             result = attrs.evolve(
