@@ -378,7 +378,7 @@ async def _serve(args: argparse.Namespace) -> int:
     print(f"rafrx scripted LLM server listening on {server.url}", flush=True)
     print(
         "  POST /v1/chat/completions (OpenAI chat) · /v1/messages (Anthropic)"
-        " · /v1/responses (OpenAI Responses) — Ctrl-C to stop",
+        ' · /v1/responses (OpenAI Responses), "stream": true only — Ctrl-C to stop',
         flush=True,
     )
     try:
@@ -481,7 +481,8 @@ def build_parser() -> argparse.ArgumentParser:
         "serve",
         help="run the scripted LLM server until Ctrl-C",
         description="Run the embedded scripted LLM server (OpenAI chat, Anthropic and "
-        "Responses endpoints; tools or text answers) until Ctrl-C.",
+        'Responses endpoints; tools or text answers; streaming requests only, "stream": true) '
+        "until Ctrl-C.",
     )
     serve.add_argument("--port", type=_port, default=8765, help="0 picks a free port")
     serve.add_argument("--host", default="127.0.0.1", help="the interface to listen on")

@@ -165,6 +165,8 @@ class HTTPStatusError(RafrxError):
     Attributes:
         provider_message: The error message the provider put in the body.
         error_type: The provider's error type (``rate_limit_error`` ...).
+        code: The provider's error code, when it sends one (OpenAI's
+            ``rate_limit_exceeded``, ``insufficient_quota`` ...).
         retry_after: Seconds the server asked to wait (``Retry-After``).
     """
 
@@ -175,6 +177,7 @@ class HTTPStatusError(RafrxError):
         body: str | None = None,
         provider_message: str | None = None,
         error_type: str | None = None,
+        code: str | None = None,
         retry_after: float | None = None,
         message: str | None = None,
     ) -> None:
@@ -185,6 +188,7 @@ class HTTPStatusError(RafrxError):
         super().__init__(message, status=status, body=body, retryable=status in _RETRYABLE_STATUSES)
         self.provider_message = provider_message
         self.error_type = error_type
+        self.code = code
         self.retry_after = retry_after
 
 

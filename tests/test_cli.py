@@ -435,11 +435,16 @@ def test_serve_runs_until_interrupted() -> None:
             {"type": "function", "function": {"name": name, "parameters": {"type": "object"}}}
             for name in ("get_weather", "write_file")
         ]
-        chat = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "tools": tools}
+        chat = {
+            "model": "m",
+            "stream": True,
+            "messages": [{"role": "user", "content": "hi"}],
+            "tools": tools,
+        }
         body = _post(url + "/v1/chat/completions", chat)
         assert b'"name":"get_weather"' in body
         assert body.endswith(b"data: [DONE]\n\n")
-        plain = {"model": "m", "messages": [{"role": "user", "content": "ping"}]}
+        plain = {"model": "m", "stream": True, "messages": [{"role": "user", "content": "ping"}]}
         answer = from_sse(_post(url + "/v1/messages", plain), "anthropic")
         assert answer.pipe(convert(), aggregate()).run().text == "You said: ping"
         process.send_signal(signal.SIGINT)

@@ -410,7 +410,12 @@ def test_serve_stops_on_a_signal_mid_stream_and_frees_its_port(sig: signal.Signa
         {"type": "function", "function": {"name": n, "parameters": {"type": "object"}}}
         for n in ("get_weather", "write_file")
     ]
-    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "tools": tools}
+    body = {
+        "model": "m",
+        "stream": True,
+        "messages": [{"role": "user", "content": "hi"}],
+        "tools": tools,
+    }
     got: dict[str, Any] = {}
 
     def client() -> None:

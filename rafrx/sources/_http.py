@@ -58,6 +58,7 @@ from rafrx.errors import (
 )
 from rafrx.sources._decoder import UpdateDecoder
 from rafrx.sources._idle import IdleTimer
+from rafrx.sources.dialects._common import is_retryable
 from rafrx.sse import DEFAULT_MAX_EVENT_BYTES, DEFAULT_MAX_LINE_BYTES, check_content_type
 from rafrx.updates import AgentResponseUpdate
 
@@ -676,14 +677,17 @@ class _StreamCall:
         headers: CIMultiDictProxy[str] = response.headers
         if response.status < 400:
             return HTTPStatusError(response.status, body=body, message=self._redirect(response))
-        message, error_type = _provider_error(body)
+        message, error_type, code = _provider_error(body)
         error = HTTPStatusError(
             response.status,
             body=body,
             provider_message=message,
             error_type=error_type,
+            code=code,
             retry_after=parse_retry_after(headers),
         )
+        if error.retryable and not is_retryable(error_type, code, response.status):
+            error.retryable = False  # a 429 for an exhausted quota: waiting does not help
         should_retry = headers.get("x-should-retry", "").lower()
         if should_retry in ("true", "false"):
             error.retryable = should_retry == "true"
@@ -719,21 +723,23 @@ def _json_body(session: aiohttp.ClientSession, payload: Mapping[str, Any]) -> ai
     return aiohttp.BytesIOPayload(io.BytesIO(data), content_type="application/json")
 
 
-def _provider_error(body: str) -> tuple[str | None, str | None]:
-    """The provider's error message and type, from the usual JSON shapes."""
+def _provider_error(body: str) -> tuple[str | None, str | None, str | None]:
+    """The provider's error message, type and code, from the usual JSON shapes."""
     try:
         data = json.loads(body)
     except (ValueError, RecursionError):  # not JSON, or nested too deeply to build
-        return None, None
+        return None, None, None
     if isinstance(data, list) and data and isinstance(data[0], Mapping):
         data = data[0]  # Gemini wraps its error in a list
     if not isinstance(data, Mapping):
-        return None, None
+        return None, None, None
     error = data.get("error")
+    code = None
     if isinstance(error, Mapping):
         message, kind = error.get("message"), error.get("type") or error.get("status")
-        if kind is None and isinstance(error.get("code"), str):
-            kind = error["code"]
+        code = error.get("code")
+        if kind is None and isinstance(code, str):
+            kind = code
     elif isinstance(error, str):
         message, kind = error, None
     else:
@@ -742,4 +748,5 @@ def _provider_error(body: str) -> tuple[str | None, str | None]:
     return (
         message if isinstance(message, str) else None,
         kind if isinstance(kind, str) else None,
+        code if isinstance(code, str) else None,
     )

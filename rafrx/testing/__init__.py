@@ -7,7 +7,8 @@ rendered in each wire format (:class:`Reply` with :class:`ToolCallSpec`), or
 faults done for real on the socket (:class:`Fault`: HTTP errors, dropped
 connections, stalls, garbage, endless lines, wrong content types). It records
 every request (:class:`RecordedRequest`, secrets redacted) and counts
-connections, so tests can prove a client closes what it opens.
+connections, so tests can prove a client closes what it opens. It only
+streams: a request without ``"stream": true`` gets HTTP 400.
 
 Example:
     >>> import asyncio
@@ -15,7 +16,8 @@ Example:
     >>> async def main() -> str:
     ...     async with LLMServer() as server, aiohttp.ClientSession() as http:
     ...         server.enqueue(Fault.status(429, retry_after=1))
-    ...         async with http.post(server.url + "/v1/chat/completions", json={}) as resp:
+    ...         url = server.url + "/v1/chat/completions"
+    ...         async with http.post(url, json={"stream": True}) as resp:
     ...             return f"{resp.status} retry after {resp.headers['Retry-After']}"
     >>> asyncio.run(main())
     '429 retry after 1'

@@ -41,6 +41,9 @@ WIRE_FORMATS: Mapping[str, WireFormat] = {
     "/v1/responses": "openai-responses",
 }
 
+#: Chat ``finish_reason`` values. ``"error"`` is not one OpenAI sends but one
+#: OpenAI-compatible servers do (OpenRouter, vLLM …); ``"other"`` is a value
+#: no provider documents, to probe how a client takes an unknown one.
 _OPENAI_FINISH = {
     FinishReason.STOP: "stop",
     FinishReason.LENGTH: "length",
@@ -49,14 +52,17 @@ _OPENAI_FINISH = {
     FinishReason.ERROR: "error",
     FinishReason.OTHER: "other",
 }
+#: Anthropic ``stop_reason`` values (``"other"``: an unknown one, as a probe).
+#: ``ERROR`` has none: Anthropic ends a failing stream with an ``error`` event.
 _ANTHROPIC_STOP = {
     FinishReason.STOP: "end_turn",
     FinishReason.LENGTH: "max_tokens",
     FinishReason.TOOL_CALLS: "tool_use",
     FinishReason.CONTENT_FILTER: "refusal",
-    FinishReason.ERROR: "error",
     FinishReason.OTHER: "other",
 }
+#: The ``error`` event ending an Anthropic stream that failed mid-way.
+_ANTHROPIC_STREAM_ERROR = {"type": "api_error", "message": "Internal server error"}
 _RESPONSES_INCOMPLETE = {
     FinishReason.LENGTH: "max_output_tokens",
     FinishReason.CONTENT_FILTER: "content_filter",
@@ -156,7 +162,7 @@ def render_events(
     if wire_format == "anthropic":
         return list(_anthropic(reply, model, usage))
     if wire_format == "openai-responses":
-        return list(_responses(reply, model, usage))
+        return list(_responses(reply, model, usage, request))
     raise ValueError(f"unknown wire format {wire_format!r}")
 
 
@@ -196,7 +202,9 @@ def _openai_chat(reply: Reply, model: str, usage: Usage, include_usage: bool) ->
         return _data({**base, "choices": [choice]})
 
     size = reply.chunk_size
-    yield chunk({"role": "assistant", "content": "", "refusal": None})
+    # OpenAI opens a tool-call-only message with content null, a text one with "".
+    content = None if reply.tool_calls and not reply.text else ""
+    yield chunk({"role": "assistant", "content": content, "refusal": None})
     for piece in _pieces(reply.reasoning, size):
         yield chunk({"reasoning_content": piece})
     for piece in _pieces(reply.text, size):
@@ -270,11 +278,19 @@ def _anthropic(reply: Reply, model: str, usage: Usage) -> Iterator[bytes]:
         ]
         yield from block(start, deltas)
         index += 1
+    yield from _anthropic_end(reply.finish_reason, usage)
+
+
+def _anthropic_end(finish: FinishReason, usage: Usage) -> Iterator[bytes]:
+    """``message_delta`` and ``message_stop``, or the ``error`` event of a failure."""
+    if finish is FinishReason.ERROR:
+        yield _event("error", {"type": "error", "error": _ANTHROPIC_STREAM_ERROR})
+        return
     yield _event(
         "message_delta",
         {
             "type": "message_delta",
-            "delta": {"stop_reason": _ANTHROPIC_STOP[reply.finish_reason], "stop_sequence": None},
+            "delta": {"stop_reason": _ANTHROPIC_STOP[finish], "stop_sequence": None},
             "usage": {"output_tokens": usage.completion_tokens},
         },
     )
@@ -285,14 +301,17 @@ def _anthropic(reply: Reply, model: str, usage: Usage) -> Iterator[bytes]:
 
 
 def _responses_usage(usage: Usage) -> dict[str, Any]:
-    out: dict[str, Any] = {"input_tokens": usage.prompt_tokens}
-    if usage.cached_tokens is not None:
-        out["input_tokens_details"] = {"cached_tokens": usage.cached_tokens}
-    out["output_tokens"] = usage.completion_tokens
-    if usage.reasoning_tokens is not None:
-        out["output_tokens_details"] = {"reasoning_tokens": usage.reasoning_tokens}
-    out["total_tokens"] = usage.total_tokens
-    return out
+    """Responses usage; OpenAI always sends both details (0 when there are none)."""
+    return {
+        "input_tokens": usage.prompt_tokens,
+        "input_tokens_details": {
+            "cache_write_tokens": 0,
+            "cached_tokens": usage.cached_tokens or 0,
+        },
+        "output_tokens": usage.completion_tokens,
+        "output_tokens_details": {"reasoning_tokens": usage.reasoning_tokens or 0},
+        "total_tokens": usage.total_tokens,
+    }
 
 
 class _ResponsesWriter:
@@ -308,9 +327,11 @@ class _ResponsesWriter:
         return _event(name, payload)
 
 
-def _responses(reply: Reply, model: str, usage: Usage) -> Iterator[bytes]:
-    out = _ResponsesWriter()
-    response: dict[str, Any] = {
+def _response_object(model: str, request: Mapping[str, Any]) -> dict[str, Any]:
+    """The Response object of ``response.created``; it echoes the request's
+    ``tools`` (as sent) and ``tool_choice`` (``"auto"`` by default), as OpenAI's does."""
+    tools = request.get("tools")
+    return {
         "id": f"resp_{_hex(32)}",
         "object": "response",
         "created_at": int(time.time()),
@@ -320,8 +341,17 @@ def _responses(reply: Reply, model: str, usage: Usage) -> Iterator[bytes]:
         "model": model,
         "output": [],
         "parallel_tool_calls": True,
+        "tool_choice": request.get("tool_choice") or "auto",
+        "tools": tools if isinstance(tools, list) else [],
         "usage": None,
     }
+
+
+def _responses(
+    reply: Reply, model: str, usage: Usage, request: Mapping[str, Any]
+) -> Iterator[bytes]:
+    out = _ResponsesWriter()
+    response = _response_object(model, request)
     yield out.event("response.created", response=response)
     yield out.event("response.in_progress", response=response)
     size = reply.chunk_size
@@ -430,15 +460,24 @@ def error_body(
 ) -> dict[str, Any]:
     """The JSON error body a provider sends with an HTTP error status.
 
+    Anthropic's is ``{"type": "error", "error": {"type", "message"}}``;
+    OpenAI's (chat and Responses) ``{"error": {"message", "type", "param",
+    "code"}}`` with the type and code OpenAI pairs with the status
+    (401 ``invalid_api_key``, 404 ``model_not_found``, 429
+    ``rate_limit_exceeded``, else ``null``). ``error_type`` replaces the type.
+
     Example:
         >>> error_body("anthropic", 529, "Overloaded")["error"]
         {'type': 'overloaded_error', 'message': 'Overloaded'}
+        >>> error = error_body("openai-chat", 429, "Rate limit reached")["error"]
+        >>> error["type"], error["code"]
+        ('requests', 'rate_limit_exceeded')
     """
     if wire_format == "anthropic":
         kind = error_type or _ANTHROPIC_ERROR_TYPES.get(status, "api_error")
         return {"type": "error", "error": {"type": kind, "message": message}}
-    kind = error_type or _OPENAI_ERROR_TYPES.get(status, "server_error")
-    return {"error": {"message": message, "type": kind, "param": None, "code": None}}
+    kind, code = _OPENAI_ERRORS.get(status, ("server_error", None))
+    return {"error": {"message": message, "type": error_type or kind, "param": None, "code": code}}
 
 
 _ANTHROPIC_ERROR_TYPES = {
@@ -451,12 +490,14 @@ _ANTHROPIC_ERROR_TYPES = {
     500: "api_error",
     529: "overloaded_error",
 }
-_OPENAI_ERROR_TYPES = {
-    400: "invalid_request_error",
-    401: "invalid_request_error",
-    403: "permission_error",
-    404: "invalid_request_error",
-    429: "rate_limit_exceeded",
-    500: "server_error",
-    503: "server_error",
+#: OpenAI's error ``type`` and ``code`` by status (a 429's type says which
+#: limit was hit: ``requests`` or ``tokens``).
+_OPENAI_ERRORS: dict[int, tuple[str, str | None]] = {
+    400: ("invalid_request_error", None),
+    401: ("invalid_request_error", "invalid_api_key"),
+    403: ("permission_error", None),
+    404: ("invalid_request_error", "model_not_found"),
+    429: ("requests", "rate_limit_exceeded"),
+    500: ("server_error", None),
+    503: ("server_error", None),
 }

@@ -84,11 +84,15 @@ def _positive(instance: Any, attribute: Any, value: int) -> None:
 class Reply:
     """A scripted answer, rendered in the wire format of the endpoint that was hit.
 
-    OpenAI chat gets ``chat.completion.chunk`` deltas (reasoning as DeepSeek's
-    ``reasoning_content``, tool calls as ``tool_calls`` deltas whose arguments
-    are split into ``chunk_size`` pieces) and ``data: [DONE]``; Anthropic gets
-    ``message_start`` … ``message_stop`` with thinking, text and ``tool_use``
-    blocks; Responses gets ``response.created`` … ``response.completed``.
+    OpenAI chat gets ``chat.completion.chunk`` deltas (the first with
+    ``content: null`` when there are calls but no text, else ``""``;
+    reasoning as DeepSeek's ``reasoning_content``, tool calls as
+    ``tool_calls`` deltas whose arguments are split into ``chunk_size``
+    pieces) and ``data: [DONE]``; Anthropic gets ``message_start`` …
+    ``message_stop`` with thinking, text and ``tool_use`` blocks; Responses
+    gets ``response.created`` … ``response.completed``, whose Response
+    echoes the request's ``tools`` and ``tool_choice`` and whose usage always
+    has its token details.
 
     Args:
         text: The assistant text.
@@ -96,6 +100,13 @@ class Reply:
         tool_calls: Calls streamed after the text, one after the other.
         finish: The finish reason; by default ``TOOL_CALLS`` when there are
             calls, else ``STOP``. Provider spellings (``"end_turn"``) work too.
+            ``ERROR`` is a failure after the partial content: Anthropic gets
+            an ``error`` event (``api_error``) instead of ``message_delta``,
+            Responses ``response.failed``, and chat ``finish_reason:
+            "error"``, which OpenAI never sends but OpenAI-compatible servers
+            (OpenRouter, vLLM …) do. ``OTHER`` sends ``"other"`` (chat
+            ``finish_reason``, Anthropic ``stop_reason``), a value no provider
+            documents: a probe of how a client takes an unknown one.
         usage: The usage to report; by default estimated from the request and
             the reply (about four characters a token), as real servers count.
             Anthropic's ``input_tokens`` leave out the ``cached_tokens``
@@ -213,8 +224,11 @@ class Fault:
 
         Args:
             status: The HTTP status code.
-            message: The error message; by default the reason phrase.
-            error_type: The provider error type (``rate_limit_error`` …).
+            message: The error message; by default the reason phrase
+                (``Overloaded`` for 529, Anthropic's).
+            error_type: The provider error type (``rate_limit_error`` …);
+                by default the provider's for ``status``
+                (:func:`~rafrx.testing.error_body`).
             body: The exact body instead of the provider's JSON error shape:
                 a mapping (sent as JSON), ``str`` (``text/plain``; ``""`` for
                 an empty body) or ``bytes`` (``application/json``).

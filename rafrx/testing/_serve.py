@@ -27,10 +27,16 @@ from multidict import CIMultiDict
 from rafrx.testing._render import WireFormat, error_body, render_events
 from rafrx.testing._responses import Body, Fault, Replay, Reply, ServerResponse
 
-__all__ = ["FAULT_REPLY", "serve"]
+__all__ = ["FAULT_REPLY", "NOT_STREAMING", "error_response", "request_id_header", "serve"]
 
 #: The body faults stream around when they are given none.
 FAULT_REPLY = Reply(text="The quick brown fox jumps over the lazy dog.", chunk_size=8)
+
+#: The message of the HTTP 400 a request without ``"stream": true`` gets.
+NOT_STREAMING = (
+    'This test server only streams: set "stream": true in the request body '
+    "(it answers no non-streaming request)."
+)
 
 _SSE = "text/event-stream; charset=utf-8"
 _HUGE_WRITE = 64 * 1024
@@ -52,14 +58,16 @@ class _ServerClosing(Exception):
 class _Stream:
     """A streamed response that knows how to pause, drop and give up."""
 
-    def __init__(self, request: web.BaseRequest, closing: asyncio.Event) -> None:
+    def __init__(
+        self, request: web.BaseRequest, closing: asyncio.Event, wire_format: WireFormat
+    ) -> None:
         self.request = request
         self.closing = closing
         self.response = web.StreamResponse(
             headers={
                 "Content-Type": _SSE,
                 "Cache-Control": "no-cache",
-                "x-request-id": f"req_{uuid.uuid4().hex}",
+                **request_id_header(wire_format),
             }
         )
 
@@ -129,8 +137,8 @@ async def serve(
     except Exception as exc:
         _log.exception("LLMServer cannot serve %s", type(source).__name__)
         message = f"cannot serve the {type(source).__name__}: {type(exc).__name__}: {exc}"
-        return _status(Fault.status(500, message=message), wire_format)
-    stream = _Stream(request, closing)
+        return error_response(wire_format, 500, message)
+    stream = _Stream(request, closing, wire_format)
     try:
         if isinstance(response, Fault):
             await _fault(stream, response, writes)
@@ -201,8 +209,22 @@ def _first_event_end(writes: list[_Write]) -> int:
     return match.end() if match else 0
 
 
+def request_id_header(wire_format: WireFormat) -> dict[str, str]:
+    """A fresh request id under the provider's header name: Anthropic's
+    ``request-id``, OpenAI's ``x-request-id`` (the SDKs' ``.request_id``)."""
+    name = "request-id" if wire_format == "anthropic" else "x-request-id"
+    return {name: f"req_{uuid.uuid4().hex}"}
+
+
+def error_response(wire_format: WireFormat, status: int, message: str) -> web.Response:
+    """An HTTP error in the provider's JSON error shape, with a request id."""
+    return _status(Fault.status(status, message=message), wire_format)
+
+
 def _status(fault: Fault, wire_format: WireFormat) -> web.Response:
     headers: CIMultiDict[str] = CIMultiDict(fault.headers)
+    for name, value in request_id_header(wire_format).items():
+        headers.setdefault(name, value)
     if fault.retry_after is not None:
         headers["Retry-After"] = fault.retry_after
     payload = fault.error_body
@@ -222,6 +244,9 @@ def _status(fault: Fault, wire_format: WireFormat) -> web.Response:
 
 
 def _reason(status: int) -> str:
+    """The default error message: the reason phrase (Anthropic's for 529)."""
+    if status == 529:
+        return "Overloaded"
     try:
         return HTTPStatus(status).phrase
     except ValueError:

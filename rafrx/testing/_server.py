@@ -22,7 +22,7 @@ from aiohttp.web_protocol import RequestHandler
 from rafrx.testing._recorded import RecordedRequest
 from rafrx.testing._render import WIRE_FORMATS
 from rafrx.testing._responses import DEFAULT_REPLY, Fault, Replay, Reply, ServerResponse
-from rafrx.testing._serve import serve
+from rafrx.testing._serve import NOT_STREAMING, error_response, serve
 
 if TYPE_CHECKING:
     from rafrx.testing._thread import ServerThread
@@ -47,6 +47,11 @@ _BACKLOG = 2048
 #: The largest request body read (aiohttp's default, 1 MiB, is less than a
 #: long conversation); a larger one gets HTTP 413.
 _MAX_REQUEST_BYTES = 64 * 1024 * 1024
+
+
+def _streaming(body: Any) -> bool:
+    """Whether a request body asks for a stream (``"stream": true``)."""
+    return isinstance(body, dict) and body.get("stream") is True
 
 
 class _CountingServer(web.Server):
@@ -98,6 +103,12 @@ class LLMServer:
     the wire format of the endpoint that was hit. Request bodies up to 64 MiB
     are read and recorded; a larger one gets HTTP 413.
 
+    The server only streams, as rafrx's clients always ask: a request whose
+    JSON body lacks ``"stream": true`` is recorded, then answered HTTP 400 in
+    the provider's error shape saying so, and takes no answer from the queue.
+    Every answer carries the provider's request id header (Anthropic's
+    ``request-id``, OpenAI's ``x-request-id``).
+
     Args:
         host: The interface to listen on.
         port: The port; ``0`` picks a free one.
@@ -110,7 +121,8 @@ class LLMServer:
         >>> async def main() -> tuple[int, bool, int]:
         ...     async with LLMServer() as server, aiohttp.ClientSession() as http:
         ...         server.enqueue(Reply(text="Hi!"))
-        ...         async with http.post(server.url + "/v1/messages", json={}) as resp:
+        ...         body = {"model": "claude-test", "stream": True}
+        ...         async with http.post(server.url + "/v1/messages", json=body) as resp:
         ...             body = await resp.read()
         ...     return resp.status, b"message_stop" in body, len(server.requests)
         >>> asyncio.run(main())
@@ -215,8 +227,8 @@ class LLMServer:
         Example:
             >>> import urllib.request
             >>> with LLMServer.in_thread() as server:
-            ...     request = urllib.request.Request(
-            ...         server.url + "/v1/chat/completions", data=b"{}", method="POST")
+            ...     request = urllib.request.Request(server.url + "/v1/chat/completions",
+            ...                                      data=b'{"stream": true}', method="POST")
             ...     with urllib.request.urlopen(request) as response:
             ...         body = response.read()
             >>> body.endswith(b"data: [DONE]\\n\\n")
@@ -359,6 +371,8 @@ class LLMServer:
             return web.json_response(
                 {"error": {"message": message, "type": "not_found_error"}}, status=404
             )
+        if not _streaming(body):
+            return error_response(wire_format, 400, NOT_STREAMING)
         response = await self._next_response(recorded)
         assert self._closing is not None
         return await serve(request, response, wire_format, body, self._closing)

@@ -185,7 +185,7 @@ async def test_recordings_never_hold_the_key(llm_server: LLMServer, tmp_path: Pa
     await record_http(
         f"{llm_server.url}/v1/chat/completions?api_key={KEY}",
         sse,
-        json_body={"messages": []},
+        json_body={"messages": [], "stream": True},
         headers={"Authorization": f"Bearer {KEY}", "x-api-key": KEY},
         dialect="openai-chat",
     )

@@ -33,6 +33,7 @@ from rafrx.sources.clients import (
     LLMClient,
     OpenAIChatClient,
     OpenAIResponsesClient,
+    RetryPolicy,
     Timeouts,
 )
 from rafrx.testing import Fault, LLMServer, Replay, Reply, ServerResponse, WireFormat, render
@@ -172,9 +173,11 @@ async def test_fault_gives_its_typed_error_and_leaves_nothing_open(
 @pytest.mark.parametrize(
     ("fmt", "error_type"),
     [
-        ("openai-chat", "rate_limit_exceeded"),
+        # OpenAI's 429 type says which limit ("requests" or "tokens"); its code
+        # is "rate_limit_exceeded".
+        ("openai-chat", "requests"),
         ("anthropic", "rate_limit_error"),
-        ("openai-responses", "rate_limit_exceeded"),
+        ("openai-responses", "requests"),
     ],
 )
 async def test_http_status_error_carries_what_the_server_said(
@@ -186,11 +189,38 @@ async def test_http_status_error_carries_what_the_server_said(
     assert isinstance(err, HTTPStatusError)
     assert (err.status, err.retryable, err.retry_after) == (429, True, 7.0)
     assert (err.provider_message, err.error_type) == ("Rate limit reached", error_type)
+    assert err.code == (None if fmt == "anthropic" else "rate_limit_exceeded")
     assert err.body is not None
     assert "Rate limit reached" in err.body
     assert str(err) == "HTTP 429: Rate limit reached"
     assert err.partial is not None
     assert err.partial.text == ""
+
+
+@pytest.mark.asyncio
+async def test_a_429_for_an_exhausted_quota_is_not_retried(llm_server: LLMServer) -> None:
+    """OpenAI answers 429 both to too many requests and to an account out of credit;
+    only the first passes with time, so only it is retried."""
+    quota = {
+        "error": {
+            "message": "You exceeded your current quota, please check your plan.",
+            "type": "insufficient_quota",
+            "param": None,
+            "code": "insufficient_quota",
+        }
+    }
+    llm_server.enqueue(Fault.status(429, body=quota), Reply(text="never sent"))
+    retry = RetryPolicy(max_attempts=3, initial_backoff=0.01, jitter=False)
+    async with OpenAIChatClient(llm_server.url, retry=retry) as client:
+        err = await _error(client)
+    assert isinstance(err, HTTPStatusError)
+    assert (err.status, err.error_type, err.code) == (
+        429,
+        "insufficient_quota",
+        "insufficient_quota",
+    )
+    assert err.retryable is False
+    assert len(llm_server.requests) == 1
 
 
 @pytest.mark.asyncio

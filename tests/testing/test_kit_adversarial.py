@@ -36,6 +36,7 @@ from rafrx.errors import (
     IdleTimeout,
     MalformedEvent,
     ProtocolError,
+    ProviderError,
     StreamInterrupted,
     StreamTimeout,
 )
@@ -66,6 +67,8 @@ PATHS = {
     "anthropic": "/v1/messages",
     "openai-responses": "/v1/responses",
 }
+#: The least request body the server answers: it only streams.
+STREAM = {"stream": True}
 CLIENTS: dict[str, type[LLMClient]] = {
     "openai-chat": OpenAIChatClient,
     "anthropic": AnthropicClient,
@@ -93,7 +96,9 @@ async def server() -> AsyncIterator[LLMServer]:
         yield started
 
 
-async def raw_request(port: int, path: str = "/v1/chat/completions", body: bytes = b"{}") -> Any:
+async def raw_request(
+    port: int, path: str = "/v1/chat/completions", body: bytes = b'{"stream": true}'
+) -> Any:
     """A client that sends a request and then reads nothing."""
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     head = f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\n\r\n"
@@ -186,6 +191,30 @@ def test_finish_reasons_round_trip(fmt: WireFormat, finish: Any, expected: Finis
 
 
 # ---------------------------------------------------------------- over HTTP, with the real clients
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize(
+    ("fmt", "error_type"),
+    [("openai-chat", None), ("anthropic", "api_error"), ("openai-responses", "server_error")],
+)
+async def test_error_finish_reaches_the_clients_as_each_providers_failure(
+    server: LLMServer, fmt: WireFormat, error_type: str | None
+) -> None:
+    # Chat says finish_reason "error" (as OpenAI-compatible servers do); Anthropic
+    # ends with an error event and Responses with response.failed: a retryable
+    # ProviderError, the partial text kept.
+    server.enqueue(Reply(text="partial", finish=FinishReason.ERROR))
+    async with CLIENTS[fmt](server.url) as client:
+        if error_type is None:
+            response = await ask(client)
+            assert (response.text, response.finish_reason) == ("partial", FinishReason.ERROR)
+            return
+        with pytest.raises(ProviderError) as info:
+            await ask(client)
+    assert (info.value.error_type, info.value.retryable) == (error_type, True)
+    assert info.value.partial is not None
+    assert info.value.partial.text == "partial"
 
 
 @pytest.mark.asyncio
@@ -297,7 +326,7 @@ async def test_status_fault_error_json_has_each_providers_shape(server: LLMServe
     async with aiohttp.ClientSession() as http:
         for fmt, path in PATHS.items():
             server.enqueue(Fault.status(529, message="Overloaded ✋"))
-            async with http.post(server.url + path, json={}) as resp:
+            async with http.post(server.url + path, json=STREAM) as resp:
                 assert resp.status == 529
                 payload = json.loads(await resp.read())
             if fmt == "anthropic":
@@ -317,7 +346,7 @@ async def test_status_fault_headers_are_case_insensitive(server: LLMServer) -> N
     )
     async with (
         aiohttp.ClientSession() as http,
-        http.post(server.url + PATHS["openai-chat"], json={}) as resp,
+        http.post(server.url + PATHS["openai-chat"], json=STREAM) as resp,
     ):
         content_types = resp.headers.getall("Content-Type")
     assert content_types == ["text/html"]
@@ -335,7 +364,7 @@ async def test_a_fault_around_a_slow_reply_keeps_the_replys_pacing(server: LLMSe
     async def read() -> None:
         async with (
             aiohttp.ClientSession() as http,
-            http.post(server.url + PATHS["openai-chat"], json={}) as resp,
+            http.post(server.url + PATHS["openai-chat"], json=STREAM) as resp,
         ):
             async for _ in resp.content.iter_any():
                 arrivals.append(time.monotonic() - started)
@@ -357,7 +386,7 @@ async def test_paced_replay_is_linear_in_the_number_of_events(server: LLMServer)
     server.enqueue(Replay(body + b"data: [DONE]\n\n", pacing=True))
     async with aiohttp.ClientSession() as http:
         started = time.monotonic()
-        async with http.post(server.url + PATHS["openai-chat"], json={}) as resp:
+        async with http.post(server.url + PATHS["openai-chat"], json=STREAM) as resp:
             data = await resp.read()
         elapsed = time.monotonic() - started
     assert data.endswith(b"data: [DONE]\n\n")
@@ -373,7 +402,7 @@ async def test_paced_replay_writes_each_lf_crlf_terminated_event_apart(server: L
     server.enqueue(Replay(b"".join(events), pacing=True, delay=0.1))
     async with aiohttp.ClientSession() as http:
         started = time.monotonic()
-        async with http.post(server.url + PATHS["openai-chat"], json={}) as resp:
+        async with http.post(server.url + PATHS["openai-chat"], json=STREAM) as resp:
             await resp.read()
         elapsed = time.monotonic() - started
     assert elapsed >= 0.25
@@ -388,7 +417,7 @@ async def test_request_bodies_over_1_mib_are_accepted_and_recorded(server: LLMSe
     # in LLMServer._handle: a long conversation (or a tool loop echoing big
     # arguments back) got "413 Maximum request body size exceeded" and was not
     # recorded. Real providers accept tens of MB.
-    big = {"model": "m", "messages": [{"role": "user", "content": "x" * 1_500_000}]}
+    big = {"model": "m", "stream": True, "messages": [{"role": "user", "content": "x" * 1_500_000}]}
     async with aiohttp.ClientSession() as http:
         data = io.BytesIO(json.dumps(big).encode())  # bytes > 1 MiB warn in aiohttp
         headers = {"Content-Type": "application/json"}
@@ -461,7 +490,7 @@ async def test_script_returning_none_answers_500_naming_the_problem(server: LLMS
     server.script(lambda request: None)  # type: ignore[arg-type, return-value]
     async with (
         aiohttp.ClientSession() as http,
-        http.post(server.url + PATHS["openai-chat"], json={}) as resp,
+        http.post(server.url + PATHS["openai-chat"], json=STREAM) as resp,
     ):
         status, text = resp.status, await resp.text()
     assert status == 500
@@ -480,7 +509,7 @@ async def test_a_replay_of_a_missing_file_is_an_error_before_the_200(
     server.enqueue(Replay(missing))
     async with (
         aiohttp.ClientSession() as http,
-        http.post(server.url + PATHS["openai-chat"], json={}) as resp,
+        http.post(server.url + PATHS["openai-chat"], json=STREAM) as resp,
     ):
         status = resp.status
         with contextlib.suppress(aiohttp.ClientPayloadError):
@@ -503,7 +532,7 @@ async def test_a_closed_port_can_be_reused_at_once() -> None:
     async with (
         LLMServer(port=port) as second,
         aiohttp.ClientSession() as http,
-        http.post(second.url + PATHS["anthropic"], json={}) as resp,
+        http.post(second.url + PATHS["anthropic"], json=STREAM) as resp,
     ):
         assert b"message_stop" in await resp.read()
 
@@ -557,7 +586,8 @@ def test_thread_stop_closes_a_connection_whose_client_stopped_reading() -> None:
     sock = socket.create_connection(("127.0.0.1", server.port))
     try:
         sock.sendall(
-            b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}"
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 16\r\n\r\n"
+            b'{"stream": true}'
         )
         thread.run(server.wait_requests(1), timeout=5)
         time.sleep(0.2)
@@ -578,7 +608,7 @@ def test_thread_stop_closes_a_connection_whose_client_stopped_reading() -> None:
 
 
 def _post(url: str, timeout: float = 5) -> bytes:
-    request = urllib.request.Request(url, data=b"{}", method="POST")
+    request = urllib.request.Request(url, data=b'{"stream": true}', method="POST")
     with urllib.request.urlopen(request, timeout=timeout) as resp:
         return bytes(resp.read())
 
@@ -639,7 +669,9 @@ def test_serve_stops_cleanly_on_sigterm_with_a_stream_open() -> None:
         assert process.stdout is not None
         match = re.search(r"listening on http://127\.0\.0\.1:(\d+)", process.stdout.readline())
         assert match
-        body = json.dumps({"messages": [{"role": "user", "content": "hi"}]}).encode()
+        body = json.dumps(
+            {"stream": True, "messages": [{"role": "user", "content": "hi"}]}
+        ).encode()
         with socket.create_connection(("127.0.0.1", int(match.group(1))), timeout=5) as sock:
             head = f"POST /v1/messages HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\n\r\n"
             sock.sendall(head.encode() + body)

@@ -12,6 +12,7 @@ import time
 import urllib.request
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
+from unittest.mock import ANY
 
 import aiohttp
 import pytest
@@ -27,6 +28,7 @@ from rafrx.testing import (
     Reply,
     ToolCallSpec,
     render,
+    render_events,
 )
 
 CHAT, MESSAGES, RESPONSES = "/v1/chat/completions", "/v1/messages", "/v1/responses"
@@ -63,7 +65,8 @@ async def post(
     body: Mapping[str, Any] | None = None,
     headers: Mapping[str, str] | None = None,
 ) -> tuple[int, Mapping[str, str], bytes]:
-    async with http.post(server.url + path, json=body or {}, headers=headers) as resp:
+    body = {"stream": True, **(body or {})}  # the server only streams
+    async with http.post(server.url + path, json=body, headers=headers) as resp:
         return resp.status, resp.headers, await resp.read()
 
 
@@ -208,6 +211,7 @@ async def test_responses_reply_is_well_formed_events(
     assert [o["type"] for o in final["output"]] == [i["type"] for i in added]
     assert final["usage"] == {
         "input_tokens": 11,
+        "input_tokens_details": {"cache_write_tokens": 0, "cached_tokens": 0},
         "output_tokens": 7,
         "output_tokens_details": {"reasoning_tokens": 3},
         "total_tokens": 18,
@@ -224,10 +228,42 @@ async def test_responses_reply_is_well_formed_events(
         ("anthropic", FinishReason.CONTENT_FILTER, b'"stop_reason":"refusal"'),
         ("openai-responses", FinishReason.LENGTH, b'"reason":"max_output_tokens"'),
         ("openai-responses", FinishReason.ERROR, b"event: response.failed"),
+        ("openai-chat", FinishReason.ERROR, b'"finish_reason":"error"'),
+        ("openai-chat", FinishReason.OTHER, b'"finish_reason":"other"'),
+        ("anthropic", FinishReason.OTHER, b'"stop_reason":"other"'),
     ],
 )
 def test_finish_reasons_use_each_providers_spelling(fmt: Any, finish: Any, wire: bytes) -> None:
     assert wire in render(Reply(text="x", finish=finish), fmt)
+
+
+def test_anthropic_error_finish_ends_with_an_error_event() -> None:
+    events = render_events(Reply(text="partial", finish=FinishReason.ERROR), "anthropic")
+    assert events[-2].startswith(b"event: content_block_stop\n")
+    error = json.loads(events[-1].removeprefix(b"event: error\ndata: "))
+    assert error == {"type": "error", "error": {"type": "api_error", "message": ANY}}
+    assert not any(b"message_delta" in e or b"message_stop" in e for e in events)
+
+
+@pytest.mark.parametrize(
+    ("reply", "content"),
+    [
+        (Reply(tool_calls=[ToolCallSpec("f")]), None),
+        (Reply(reasoning="r", tool_calls=[ToolCallSpec("f")]), None),
+        (Reply(text="t", tool_calls=[ToolCallSpec("f")]), ""),
+        (Reply(text="t"), ""),
+        (Reply(), ""),
+    ],
+)
+def test_chat_first_delta_content_is_null_only_for_tool_calls_without_text(
+    reply: Reply, content: str | None
+) -> None:
+    first = json.loads(render_events(reply, "openai-chat")[0].removeprefix(b"data: "))
+    assert first["choices"][0]["delta"] == {
+        "role": "assistant",
+        "content": content,
+        "refusal": None,
+    }
 
 
 def test_reply_accepts_provider_spellings_of_finish() -> None:
@@ -378,6 +414,36 @@ async def test_unknown_paths_get_404_and_are_recorded(
 
 
 @pytest.mark.asyncio
+@pytest.mark.parametrize(
+    ("path", "request_body"),
+    [
+        (CHAT, {}),
+        (MESSAGES, {"stream": False}),
+        (RESPONSES, {"stream": "true"}),
+        (CHAT, None),
+    ],
+)
+async def test_requests_that_do_not_stream_get_400_in_the_providers_shape(
+    llm_server: LLMServer, http: aiohttp.ClientSession, path: str, request_body: Any
+) -> None:
+    llm_server.enqueue(Reply(text="kept for the next request"))
+    data = b"not json" if request_body is None else json.dumps(request_body).encode()
+    async with http.post(llm_server.url + path, data=data) as resp:
+        status, headers, body = resp.status, resp.headers, await resp.json()
+    assert status == 400
+    assert headers["Content-Type"] == "application/json"
+    if path == MESSAGES:
+        assert headers["request-id"].startswith("req_")
+        assert body["error"]["type"] == "invalid_request_error"
+    else:
+        assert headers["x-request-id"].startswith("req_")
+        assert (body["error"]["type"], body["error"]["code"]) == ("invalid_request_error", None)
+    assert '"stream": true' in body["error"]["message"]
+    assert len(llm_server.requests) == 1  # recorded, but the queued reply is kept
+    assert llm_server.queued == 1
+
+
+@pytest.mark.asyncio
 async def test_replay_serves_the_exact_bytes_in_chunks(
     llm_server: LLMServer, http: aiohttp.ClientSession, tmp_path: Any
 ) -> None:
@@ -399,7 +465,7 @@ async def test_paced_replay_sends_event_by_event(
     llm_server.enqueue(Replay(body, pacing=True, delay=0.1))
     arrivals: list[tuple[float, bytes]] = []
     start = time.monotonic()
-    async with http.post(llm_server.url + CHAT, json={}) as resp:
+    async with http.post(llm_server.url + CHAT, json={"stream": True}) as resp:
         async for chunk in resp.content.iter_any():
             arrivals.append((time.monotonic() - start, chunk))
     assert b"".join(c for _, c in arrivals) == body
@@ -431,8 +497,16 @@ async def test_status_fault_sends_the_providers_error_json(
             "error": {"type": "rate_limit_error", "message": "Slow down"},
         }
     else:
-        assert data["error"]["message"] == "Slow down"
-        assert data["error"]["type"] == "rate_limit_exceeded"
+        assert data == {
+            "error": {
+                "message": "Slow down",
+                "type": "requests",
+                "param": None,
+                "code": "rate_limit_exceeded",
+            }
+        }
+    request_id = "request-id" if shape == "anthropic" else "x-request-id"
+    assert headers[request_id].startswith("req_")
 
 
 @pytest.mark.asyncio
@@ -464,7 +538,7 @@ async def test_drop_after_cuts_the_connection_after_n_bytes(
     received = bytearray()
 
     async def read() -> None:
-        async with http.post(llm_server.url + CHAT, json={}) as resp:
+        async with http.post(llm_server.url + CHAT, json={"stream": True}) as resp:
             assert resp.status == 200
             async for chunk in resp.content.iter_any():
                 received.extend(chunk)
@@ -499,7 +573,7 @@ async def test_stall_after_bytes_pauses_mid_body(
     llm_server.enqueue(Fault.stall(0.3, after_bytes=9, body=body))
     arrivals: list[tuple[float, bytes]] = []
     start = time.monotonic()
-    async with http.post(llm_server.url + CHAT, json={}) as resp:
+    async with http.post(llm_server.url + CHAT, json={"stream": True}) as resp:
         async for chunk in resp.content.iter_any():
             arrivals.append((time.monotonic() - start, chunk))
     assert [c for _, c in arrivals] == [b"data: 1\n\n", b"data: 2\n\n"]
@@ -511,7 +585,7 @@ async def test_closing_the_server_ends_a_stall_at_once(no_task_leak: None) -> No
     async with aiohttp.ClientSession() as http:
         server = await LLMServer().start()
         server.enqueue(Fault.stall(30, after_bytes=0))
-        async with http.post(server.url + CHAT, json={}) as resp:
+        async with http.post(server.url + CHAT, json={"stream": True}) as resp:
             start = time.monotonic()
             await server.close()
             with pytest.raises(aiohttp.ClientPayloadError):
@@ -619,7 +693,9 @@ def test_in_thread_serves_sync_code() -> None:
         server.enqueue(Reply(text="queued"))
         bodies = []
         for _ in range(2):
-            request = urllib.request.Request(server.url + MESSAGES, data=b"{}", method="POST")
+            request = urllib.request.Request(
+                server.url + MESSAGES, data=b'{"stream": true}', method="POST"
+            )
             with urllib.request.urlopen(request, timeout=5) as resp:
                 bodies.append(resp.read())
         thread.run(server.wait_connections_closed(timeout=5), timeout=10)
