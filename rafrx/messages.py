@@ -34,6 +34,7 @@ __all__ = [
     "from_anthropic",
     "provider_data_of",
     "to_anthropic",
+    "with_call_ids",
 ]
 
 
@@ -173,12 +174,25 @@ class ChatMessage:
     def to_openai(self) -> dict[str, Any]:
         """The OpenAI chat-completions message dict (arguments as JSON strings).
 
-        ``reasoning`` goes out as ``reasoning_content`` (DeepSeek's field).
+        ``reasoning`` goes out as ``reasoning_content`` (DeepSeek's field). A
+        call without an id, and a TOOL message with a ``name`` but no
+        ``tool_call_id``, go out as OpenAI's legacy ``function_call`` and
+        ``function`` message (as :meth:`from_openai` reads them).
+
+        Example:
+            >>> ChatMessage("tool", "12:00", name="now").to_openai()
+            {'role': 'function', 'name': 'now', 'content': '12:00'}
         """
+        if self.role is MessageRole.TOOL and self.tool_call_id is None and self.name is not None:
+            return {"role": "function", "name": self.name, "content": self.content}
         out: dict[str, Any] = {"role": self.role.value, "content": self.content}
         if self.name is not None:
             out["name"] = self.name
-        if self.tool_calls:  # never "tool_calls": [] (OpenAI rejects an empty array)
+        if self.tool_calls and _is_legacy_call(self.tool_calls):
+            call = self.tool_calls[0]
+            out["function_call"] = {"name": call.name, "arguments": call.arguments_json()}
+            out["content"] = self.content or None
+        elif self.tool_calls:  # never "tool_calls": [] (OpenAI rejects an empty array)
             out["tool_calls"] = [
                 {
                     "id": call.id,
@@ -202,7 +216,11 @@ class ChatMessage:
         Content given as a list of parts is joined; tool-call arguments are
         parsed (invalid JSON keeps the raw string and an ``error``). The
         ``developer`` role (OpenAI's name for system instructions to newer
-        models) is read as SYSTEM, and the legacy ``function`` role as TOOL.
+        models) is read as SYSTEM. The legacy ``function_call`` of an
+        assistant becomes a call with no id, the ``function`` message
+        answering it a TOOL message with its ``name`` and no ``tool_call_id``;
+        :meth:`to_openai` sends both back as they came, and
+        :func:`with_call_ids` pairs them for the other wire formats.
 
         Example:
             >>> msg = ChatMessage.from_openai({"role": "developer", "content": "Be brief."})
@@ -210,6 +228,8 @@ class ChatMessage:
             (<MessageRole.SYSTEM: 'system'>, 'Be brief.')
         """
         calls = data.get("tool_calls")
+        if calls is None and data.get("function_call") is not None:
+            calls = [{"function": data["function_call"]}]  # legacy: one call, no id
         role = data["role"]
         return cls(
             _ROLE_ALIASES.get(role) or MessageRole(role),
@@ -228,6 +248,51 @@ class ChatMessage:
 
 _ROLE_ALIASES = {"developer": MessageRole.SYSTEM, "function": MessageRole.TOOL}
 """OpenAI chat roles that are another name for one of ours."""
+
+
+def _is_legacy_call(calls: tuple[ToolCall, ...]) -> bool:
+    """Whether ``calls`` is a legacy OpenAI ``function_call``: one call, no id."""
+    return len(calls) == 1 and not calls[0].id
+
+
+def with_call_ids(messages: Iterable[ChatMessage]) -> list[ChatMessage]:
+    """The messages with every tool call and tool result carrying an id.
+
+    OpenAI's legacy ``function_call`` and ``function`` messages have none
+    (an answer follows its call); Anthropic and the Responses API need one on
+    both sides. A call without an id gets ``function_call_<n>`` (``n``: its
+    message's position; then ``_1``, ``_2`` ... for more in one message), and
+    a result without one takes the id of the earliest unanswered such call of
+    its name. Other messages are unchanged.
+
+    Example:
+        >>> messages = with_call_ids([
+        ...     ChatMessage.from_openai({"role": "assistant",
+        ...         "function_call": {"name": "now", "arguments": "{}"}}),
+        ...     ChatMessage.from_openai({"role": "function", "name": "now", "content": "12:00"}),
+        ... ])
+        >>> messages[0].tool_calls[0].id, messages[1].tool_call_id
+        ('function_call_0', 'function_call_0')
+    """
+    out: list[ChatMessage] = []
+    unanswered: dict[str, list[str]] = {}
+    for position, msg in enumerate(messages):
+        if msg.tool_calls and any(not call.id for call in msg.tool_calls):
+            calls, given = [], 0
+            for call in msg.tool_calls:
+                if not call.id:
+                    suffix = f"_{given}" if given else ""
+                    call = attrs.evolve(call, id=f"function_call_{position}{suffix}")
+                    unanswered.setdefault(call.name, []).append(call.id)
+                    given += 1
+                calls.append(call)
+            msg = attrs.evolve(msg, tool_calls=calls)
+        elif msg.role is MessageRole.TOOL and msg.tool_call_id is None:
+            waiting = unanswered.get(msg.name or "")
+            call_id = waiting.pop(0) if waiting else f"function_call_{position}"
+            msg = attrs.evolve(msg, tool_call_id=call_id)
+        out.append(msg)
+    return out
 
 
 def _text_of(content: Any) -> str:
@@ -310,7 +375,7 @@ def to_anthropic(messages: Iterable[ChatMessage]) -> tuple[str | None, list[dict
     """
     system: list[str] = []
     out: list[dict[str, Any]] = []
-    for msg in messages:
+    for msg in with_call_ids(messages):
         if msg.role is MessageRole.SYSTEM:
             system.append(msg.content)
             continue
@@ -358,7 +423,7 @@ def from_anthropic(
     message each (followed by a user message with any text sent beside them),
     thinking blocks go back into ``provider_data``. A ``system`` given as a
     list of text blocks (as for prompt caching) becomes one system message of
-    their text.
+    their texts, a blank line apart (as :func:`to_anthropic` joins them).
 
     Example:
         >>> from_anthropic([{"type": "text", "text": "Be brief."}], [])[0].content
@@ -366,7 +431,9 @@ def from_anthropic(
     """
     out: list[ChatMessage] = []
     if system is not None:
-        out.append(ChatMessage.system(_text_of(system)))
+        if not isinstance(system, str):
+            system = "\n\n".join(b["text"] for b in system if b.get("type") == "text")
+        out.append(ChatMessage.system(system))
     for msg in messages:
         content = msg["content"]
         if isinstance(content, str):

@@ -41,7 +41,13 @@ from reactivex import Observable
 from yarl import URL
 
 from rafrx._redaction import SECRET_HEADERS
-from rafrx.messages import OPENAI_REASONING, ChatMessage, MessageRole, to_anthropic
+from rafrx.messages import (
+    OPENAI_REASONING,
+    ChatMessage,
+    MessageRole,
+    to_anthropic,
+    with_call_ids,
+)
 from rafrx.sources._http import (
     HTTPRequest,
     RetryPolicy,
@@ -137,7 +143,7 @@ def to_responses_input(messages: Iterable[ChatMessage]) -> list[dict[str, Any]]:
          {'type': 'function_call_output', 'call_id': 'c1', 'output': '12:00'}]
     """
     items: list[dict[str, Any]] = []
-    for msg in messages:
+    for msg in with_call_ids(messages):
         if msg.role is MessageRole.TOOL:
             items.append(
                 {"type": "function_call_output", "call_id": msg.tool_call_id, "output": msg.content}
