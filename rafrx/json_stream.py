@@ -58,9 +58,10 @@ from typing import Any, Final, Generic, TypeAlias, TypeVar, cast, final, overloa
 import attrs
 
 from rafrx._fragments import COMPACT_AT, compact, joined
+from rafrx._partial_json import partial_json
 from rafrx._slot_init import slot_init
 
-__all__ = ["ArgEvent", "ArgMember", "ArgProgress", "StreamingArgsParser"]
+__all__ = ["ArgEvent", "ArgMember", "ArgProgress", "StreamingArgsParser", "partial_json"]
 
 
 @final
