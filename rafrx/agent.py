@@ -303,8 +303,8 @@ class _Turn:
         conversation = await self.messages()
         for _ in range(agent.max_steps):
             step = await self.step(conversation)
-            if not step.tool_calls:
-                break
+            if not any(call.complete for call in step.tool_calls):
+                break  # (a call cut short never ran: nothing for the model to read)
             conversation.extend(step.turn_transcript)
         else:
             raise MaxStepsExceeded(

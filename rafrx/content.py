@@ -1,4 +1,4 @@
-"""The 12 :data:`Content` variants: the public items of a converted stream.
+"""The 13 :data:`Content` variants: the public items of a converted stream.
 
 Every variant is a frozen value with a keyword-only ``meta``
 (:class:`ResponseMetadata`) that stays out of ``__match_args__``, so pattern
@@ -19,7 +19,9 @@ The tool-call lifecycle, per ``call_id``: :class:`ToolCallStartContent` →
 :class:`ToolCallArgsContent` (raw deltas; with :class:`ToolCallArgsProgressContent`
 and :class:`ToolCallArgsParsedContent` parsed while they stream) →
 :class:`ToolCallEndContent` → :class:`ToolCallingContent` (complete, parsed, ready
-to run) → :class:`ToolCalledContent` (the tool's result or error).
+to run) → :class:`ToolCalledContent` (the tool's result or error). A call the
+response cut short (its token limit hit mid-arguments, or the stream failed)
+ends with a :class:`ToolCallIncompleteContent` instead, and never runs.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from typing import Any, final
 import attrs
 
 from rafrx._slot_init import slot_init
-from rafrx.response import Usage
+from rafrx.response import FinishReason, Usage
 
 __all__ = [
     "Content",
@@ -41,6 +43,7 @@ __all__ = [
     "ToolCallArgsParsedContent",
     "ToolCallArgsProgressContent",
     "ToolCallEndContent",
+    "ToolCallIncompleteContent",
     "ToolCalledContent",
     "ToolCallingContent",
     "ToolCallStartContent",
@@ -192,6 +195,46 @@ class ToolCallingContent(_HtmlRepr):
     meta: ResponseMetadata = _meta()
 
 
+@final
+@slot_init
+@attrs.frozen
+class ToolCallIncompleteContent(_HtmlRepr):
+    """④ A call cut short: it never runs.
+
+    The response ended before the call's arguments did (``finish_reason``
+    is ``LENGTH``: the model hit its token limit), or the stream failed
+    first (``finish_reason`` is ``None``). ``raw_arguments`` is what
+    arrived; ``partial_value`` what it was on its way to (see
+    :func:`rafrx.json_stream.partial_json`; ``None`` when nothing could be
+    read): a preview, never arguments to run a tool with.
+
+    Example:
+        >>> from rafrx.json_stream import partial_json
+        >>> raw = '{"path": "a.py", "text": "def f('
+        >>> cut = ToolCallIncompleteContent("c1", "write_file", raw, partial_json(raw))
+        >>> cut.partial_value
+        {'path': 'a.py', 'text': 'def f('}
+        >>> cut.error
+        'arguments cut short: the stream ended before the call did'
+    """
+
+    call_id: str
+    name: str
+    raw_arguments: str
+    partial_value: Any = None
+    finish_reason: FinishReason | None = None
+    meta: ResponseMetadata = _meta()
+
+    @property
+    def error(self) -> str:
+        """Why the call never runs, as :attr:`rafrx.messages.ToolCall.error` tells it."""
+        if self.finish_reason is FinishReason.LENGTH:
+            cause = "the response hit its token limit (finish reason length)"
+        else:
+            cause = "the stream ended before the call did"
+        return f"arguments cut short: {cause}"
+
+
 def _exclusive(instance: ToolCalledContent, attribute: Any, value: Any) -> None:
     if value is not None and instance.result is not None:
         raise ValueError("ToolCalledContent takes a result or an error, not both")
@@ -239,8 +282,9 @@ Content = (
     | ToolCallArgsProgressContent
     | ToolCallEndContent
     | ToolCallingContent
+    | ToolCallIncompleteContent
     | ToolCalledContent
     | UsageContent
     | ErrorContent
 )
-"""Any of the 12 content variants."""
+"""Any of the 13 content variants."""

@@ -62,7 +62,11 @@ class ToolCall:
     """A tool call the model made; ``arguments`` is the parsed JSON.
 
     When the arguments were not valid JSON, ``arguments`` is ``None``,
-    ``error`` says why and ``raw_arguments`` keeps the exact string.
+    ``error`` says why and ``raw_arguments`` keeps the exact string. A call
+    the response cut short (the model's token limit hit mid-arguments, or the
+    stream failed) has ``complete`` false, ``error`` saying so,
+    ``raw_arguments`` and ``partial_value`` (what the arguments were on
+    their way to, a preview); it never runs.
 
     On the wire the arguments are always strict JSON: a number JSON cannot
     write (``1e400`` parses to infinity) goes as the raw text when the call
@@ -78,6 +82,8 @@ class ToolCall:
     arguments: Any = attrs.field(factory=dict)
     raw_arguments: str | None = attrs.field(default=None, kw_only=True)
     error: str | None = attrs.field(default=None, kw_only=True)
+    complete: bool = attrs.field(default=True, kw_only=True)
+    partial_value: Any = attrs.field(default=None, kw_only=True)
 
     def arguments_json(self) -> str:
         """The arguments as the JSON string the wire formats carry."""

@@ -219,6 +219,9 @@ class TerminalRenderer:
             case c.ToolCallingContent(call_id, name, _args, raw, error) if error is not None:
                 self._line(f"{self.style.arg}invalid arguments for {name}: {error}", _RED)
                 self._line(f"{self.style.arg}raw: {_short(raw)}", _DIM)
+            case c.ToolCallIncompleteContent(call_id, name, raw):
+                self._line(f"{self.style.arg}{name} never ran: {item.error}", _RED)
+                self._line(f"{self.style.arg}raw: {_short(raw)}", _DIM)
             case c.ToolCalledContent(call_id, result, error):
                 name = self._names.get(call_id, call_id)
                 if error is not None:

@@ -396,8 +396,12 @@ async def test_arguments_cut_by_length_are_never_run(server: LLMServer) -> None:
     async with OpenAIChatClient(server.url, "sk-test") as client:
         response = await asyncio.wait_for(Agent(client, tools=[store]).send("go"), GUARD)
     assert ran == []
-    assert response.tool_calls[0].raw_arguments == '{"n": 12'
-    assert response.tool_messages[0].content.startswith("Error: invalid arguments")
+    assert len(server.requests) == 1  # the turn ends: the limit, not bad JSON, is the cause
+    (call,) = response.tool_calls
+    assert (call.raw_arguments, call.partial_value, call.complete) == ('{"n": 12', {"n": 12}, False)
+    assert "token limit" in str(call.error)
+    assert response.tool_messages == ()
+    assert response.finish_reason is FinishReason.LENGTH
 
 
 @pytest.mark.asyncio

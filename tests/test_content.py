@@ -19,6 +19,7 @@ from rafrx.content import (
     ToolCallArgsProgressContent,
     ToolCalledContent,
     ToolCallEndContent,
+    ToolCallIncompleteContent,
     ToolCallingContent,
     ToolCallStartContent,
     UriContent,
@@ -39,6 +40,7 @@ ALL_CONTENTS: list[Any] = [
     ToolCallArgsProgressContent("call_1", "content", 5, "héé"),
     ToolCallEndContent("call_1"),
     ToolCallingContent("call_1", "read_file", {"path": "a.py"}, '{"path": "a.py"}'),
+    ToolCallIncompleteContent("call_1", "read_file", '{"path": "a.', {"path": "a."}),
     ToolCalledContent("call_1", "file contents"),
     UsageContent(USAGE),
     ErrorContent("connection reset"),
@@ -54,14 +56,21 @@ EXPECTED_MATCH_ARGS = {
     ToolCallArgsProgressContent: ("call_id", "name", "received", "value"),
     ToolCallEndContent: ("call_id",),
     ToolCallingContent: ("call_id", "name", "arguments", "raw_arguments", "error"),
+    ToolCallIncompleteContent: (
+        "call_id",
+        "name",
+        "raw_arguments",
+        "partial_value",
+        "finish_reason",
+    ),
     ToolCalledContent: ("call_id", "result", "error"),
     UsageContent: ("usage",),
     ErrorContent: ("message",),
 }
 
 
-def test_there_are_twelve_variants_and_the_union_holds_exactly_them() -> None:
-    assert len(ALL_CONTENTS) == 12
+def test_there_are_thirteen_variants_and_the_union_holds_exactly_them() -> None:
+    assert len(ALL_CONTENTS) == 13
     assert set(typing.get_args(Content)) == {type(c) for c in ALL_CONTENTS}
 
 
@@ -139,6 +148,8 @@ def describe(content: Content) -> str:
             return f"end {call_id}"
         case ToolCallingContent(call_id, name, arguments, raw, error):
             return f"calling {call_id} {name} {arguments} {raw} {error}"
+        case ToolCallIncompleteContent(call_id, name, raw, value, reason):
+            return f"cut {call_id} {name} {raw} {value} {reason}"
         case ToolCalledContent(call_id, result, error):
             return f"called {call_id} {result} {error}"
         case UsageContent(usage):
@@ -160,6 +171,7 @@ def test_pattern_matching_on_every_variant() -> None:
         "progress call_1 content 5 héé",
         "end call_1",
         "calling call_1 read_file {'path': 'a.py'} {\"path\": \"a.py\"} None",
+        "cut call_1 read_file {\"path\": \"a. {'path': 'a.'} None",
         "called call_1 file contents None",
         "usage 3",
         "error connection reset",

@@ -102,11 +102,15 @@ def test_every_renderer_escapes_model_text() -> None:
         c.ToolCallingContent(EVIL, EVIL, None, raw_arguments=EVIL, error=EVIL),
         c.ToolCalledContent(EVIL, result=EVIL),
         c.ToolCalledContent(EVIL, error=EVIL),
+        c.ToolCallIncompleteContent(EVIL, EVIL, EVIL),
         c.ErrorContent(EVIL),
     ]
     call = ToolCall(EVIL, EVIL, {"x": EVIL})
+    cut = ToolCall(EVIL, EVIL, None, raw_arguments=EVIL, error=EVIL, complete=False)
     message = ChatMessage.assistant_with_tools(EVIL, [call])
-    response = AgentResponse(text=EVIL, model=EVIL, turn_transcript=[message])
+    response = AgentResponse(
+        text=EVIL, model=EVIL, turn_transcript=[message], tool_calls=[call, cut]
+    )
     rendered = [content_html(item) for item in items]
     rendered += [result_html(AgentResponseResult(contents=items)), message_html(message)]
     rendered += [response_html(response), response._repr_html_(), items[0]._repr_html_()]

@@ -540,7 +540,8 @@ def test_an_error_mid_stream_keeps_text_cards_and_shows_the_error_once() -> None
     assert final.html.count("reset &lt;by peer&gt;") == 1
     assert final.text.count("reset <by peer>") == 1
     assert "Writing " in final.text
-    assert "[tool write_file c1: streaming arguments]" in final.text
+    assert "[tool write_file c1: cut short]" in final.text  # never run
+    assert "! arguments cut short: the stream ended before the call did" in final.text
     assert "  content: 300 B …" in final.text
     assert "<progress></progress>" in final.html  # still indeterminate: it never ended
     with pytest.raises(StreamInterrupted) as caught:

@@ -40,6 +40,7 @@ CONTENTS = [
     "ToolCallArgsProgressContent",
     "ToolCallEndContent",
     "ToolCallingContent",
+    "ToolCallIncompleteContent",
     "ToolCalledContent",
     "UsageContent",
     "ErrorContent",

@@ -49,6 +49,11 @@ def content_html(item: c.Content) -> str:
                 f'<div class="rafrx-tool"><b>{escape(name)}</b>'
                 f"(<code>{shown}</code>){problem}</div>"
             )
+        case c.ToolCallIncompleteContent(call_id, name, raw):
+            return (
+                f'<div class="rafrx-tool">✂ <b>{escape(name)}</b>(<code>{clip_html(raw)}</code>) '
+                f'<span style="color:#c00">{escape(item.error)}</span></div>'
+            )
         case c.ToolCalledContent(call_id, result, error):
             if error is not None:
                 return f'<div style="color:#c00">✗ {escape(error)}</div>'
@@ -91,6 +96,12 @@ def message_html(message: ChatMessage) -> str:
 def response_html(response: AgentResponse) -> str:
     """An :class:`~rafrx.AgentResponse` as HTML: transcript, finish and usage."""
     rows = "".join(message_html(m) for m in response.turn_transcript)
+    rows += "".join(  # calls cut short: never run, so not in the transcript
+        f'<div style="color:#c00">✂ <b>{escape(call.name)}</b> <code>{escape(call.id)}</code> '
+        f"{escape(call.error or '')}</div>"
+        for call in response.tool_calls
+        if not call.complete
+    )
     usage = response.usage
     footer = f"finish: {escape(str(response.finish_reason))}"
     if usage is not None:

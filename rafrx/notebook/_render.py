@@ -36,7 +36,12 @@ from rafrx.notebook._state import LiveState, ToolCard
 __all__ = ["LiveSnapshot", "card_html", "live_html", "live_text"]
 
 _BOX = "border:1px solid #ccc;border-radius:6px;padding:4px 8px;margin:4px 0"
-_STATUS_COLORS = {"done": "#2a2", "failed": "#c00", "invalid arguments": "#c00"}
+_STATUS_COLORS = {
+    "done": "#2a2",
+    "failed": "#c00",
+    "invalid arguments": "#c00",
+    "cut short": "#c00",
+}
 
 
 def _argument_html(name: str, card: ToolCard) -> str:

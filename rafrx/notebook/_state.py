@@ -180,6 +180,10 @@ class LiveState:
                     value = arguments if isinstance(arguments, dict) else {"(arguments)": arguments}
                     card.arguments = dict(value)
                     card.status = "ready"
+            case c.ToolCallIncompleteContent(call_id, name):
+                card = self._card(call_id, name)
+                card.name = card.name or name
+                card.argument_error, card.status = item.error, "cut short"
             case c.ToolCalledContent(call_id, result, error):
                 card = self._card(call_id)
                 card.result, card.error = result, error

@@ -36,6 +36,7 @@ _MARBLES: dict[str, tuple[str, float]] = {  # kind → (color, radius)
     "ToolCallArgsParsedContent": ("#ff7f0e", 4.5),
     "ToolCallEndContent": ("#333333", 4.5),
     "ToolCallingContent": ("#8c564b", 5),
+    "ToolCallIncompleteContent": ("#d62728", 5),
     "ToolCalledContent": ("#2ca02c", 6),
     "UsageContent": ("#e377c2", 4),
     "ErrorContent": ("#d62728", 6),

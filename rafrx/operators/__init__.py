@@ -152,8 +152,14 @@ def flush_tool_calls(eager: bool = False) -> Operator[AgentResponseResult, Agent
     upstream item; with ``eager=True`` each comes right after its
     ``ToolCallEndContent`` (so tools can start while the model streams the
     next call). ``""`` arguments become ``{}``; invalid JSON sets ``error``
-    and keeps ``raw_arguments``. A call whose arguments never ended (the
-    stream failed or was cut) is never flushed. A call flushed upstream
+    and keeps ``raw_arguments``.
+
+    A call cut short is never flushed to run: one whose arguments never
+    ended (the stream completed or failed first), or whose invalid
+    arguments came with a ``LENGTH`` finish (the token limit cut them),
+    becomes one ``ToolCallIncompleteContent`` instead, at the end or just
+    before an ``ErrorContent``; eagerly, a call whose arguments do not parse
+    waits for its LLM call's finish to tell which it is. A call flushed upstream
     already (as ``convert()`` does) is not flushed again: applied twice, it
     still hands each call to ``execute_tools`` once.
 

@@ -13,6 +13,7 @@ from rafrx.content import (
     ReasoningContent,
     TextContent,
     ToolCalledContent,
+    ToolCallIncompleteContent,
     ToolCallingContent,
     ToolCallStartContent,
     UsageContent,
@@ -64,7 +65,8 @@ class _Step:
     def assistant_message(self) -> ChatMessage | None:
         text = self.joined_text()
         reasoning = self.joined_reasoning() or None
-        calls = [self.calls[i] for i in self.order if i in self.calls]
+        # A call cut short stays out: no result answers it, and providers refuse that.
+        calls = [c for c in self.ordered_calls() if c.complete]
         if not (text or calls or reasoning or self.provider_data):
             return None
         return ChatMessage(
@@ -74,6 +76,9 @@ class _Step:
             reasoning=reasoning,
             provider_data=provider_data_of(self.provider_data),
         )
+
+    def ordered_calls(self) -> list[ToolCall]:
+        return [self.calls[i] for i in self.order if i in self.calls]
 
     def joined_text(self) -> str:
         return joined(self.text_blocks, self.text)
@@ -97,12 +102,25 @@ def _tool_message(content: ToolCalledContent) -> ChatMessage:
     )
 
 
+def _cut_call(content: ToolCallIncompleteContent) -> ToolCall:
+    return ToolCall(
+        content.call_id,
+        content.name,
+        None,
+        raw_arguments=content.raw_arguments,
+        error=content.error,
+        complete=False,
+        partial_value=content.partial_value,
+    )
+
+
 _AGGREGATED = frozenset(
     {
         TextContent,
         ReasoningContent,
         ToolCallStartContent,
         ToolCallingContent,
+        ToolCallIncompleteContent,
         ToolCalledContent,
         UsageContent,
     }
@@ -164,6 +182,10 @@ class ResponseAggregator:
                     raw_arguments=content.raw_arguments if content.error else None,
                     error=content.error,
                 )
+            elif isinstance(content, ToolCallIncompleteContent):
+                if content.call_id not in step.order:
+                    step.order.append(content.call_id)
+                step.calls[content.call_id] = _cut_call(content)
             elif isinstance(content, ToolCalledContent):
                 step.results[content.call_id] = _tool_message(content)
             elif isinstance(content, UsageContent):
@@ -182,7 +204,7 @@ class ResponseAggregator:
                 message = ChatMessage(MessageRole.ASSISTANT, "")  # the final answer was empty
             if message is not None:
                 transcript.append(message)
-            tool_calls.extend(step.calls[i] for i in step.order if i in step.calls)
+            tool_calls.extend(step.ordered_calls())
             results = step.tool_messages()
             tool_messages.extend(results)
             transcript.extend(results)

@@ -1,4 +1,7 @@
-"""``flush_tool_calls``: one :class:`ToolCallingContent` per ended call."""
+"""``flush_tool_calls``: one :class:`ToolCallingContent` per ended call.
+
+A call cut short becomes one :class:`ToolCallIncompleteContent` instead.
+"""
 
 from __future__ import annotations
 
@@ -10,14 +13,19 @@ import attrs
 
 from rafrx._fragments import COMPACT_AT, compact, joined
 from rafrx.content import (
+    Content,
+    ErrorContent,
     ResponseMetadata,
     ToolCallArgsContent,
     ToolCallEndContent,
+    ToolCallIncompleteContent,
     ToolCallingContent,
     ToolCallStartContent,
 )
+from rafrx.events import FinishEvent
+from rafrx.json_stream import partial_json
 from rafrx.operators._reducer import reducer_operator
-from rafrx.response import AgentResponseResult
+from rafrx.response import AgentResponseResult, FinishReason
 from rafrx.typing import Operator
 
 __all__ = ["KeptCall", "ToolCallFlusher", "flush_tool_calls", "parse_arguments"]
@@ -42,6 +50,10 @@ def parse_arguments(raw: str) -> tuple[Any, str | None]:
         return None, "invalid JSON arguments: nested too deeply"
 
 
+Flushed = ToolCallingContent | ToolCallIncompleteContent
+"""What a flush makes of a call: one to run, or one cut short."""
+
+
 class KeptCall:
     """A started call's name and argument fragments, until it is flushed.
 
@@ -49,7 +61,7 @@ class KeptCall:
     them, :meth:`compact` joins them into one block.
     """
 
-    __slots__ = ("args", "blocks", "call_id", "ended", "meta", "name")
+    __slots__ = ("args", "blocks", "call_id", "cut", "ended", "meta", "name")
 
     def __init__(self, call_id: str, name: str, meta: ResponseMetadata) -> None:
         self.call_id = call_id
@@ -58,19 +70,53 @@ class KeptCall:
         self.args: list[str] = []
         self.blocks: list[str] = []
         self.ended = False
+        self.cut: bool | None = None  # did its LLM call finish with LENGTH? (None: not yet)
 
     def compact(self) -> None:
         """Join the fragments in ``args`` into one block."""
         compact(self.args, self.blocks)
 
-    def calling(self) -> ToolCallingContent:
+    def raw(self) -> str:
+        """The whole argument text so far, which then replaces the fragments (freeing them)."""
         raw = joined(self.blocks, self.args)
+        self.args.clear()
+        self.blocks[:] = (raw,)
+        return raw
+
+    def calling(self) -> Flushed:
+        """The call, ready to run; or cut short: it has not ended, or ``cut`` explains
+        why its arguments do not parse."""
+        raw = self.raw()
+        if not self.ended:
+            return self.incomplete(raw)
         arguments, error = parse_arguments(raw)
+        if error is not None and self.cut:
+            return self.incomplete(raw)
         return ToolCallingContent(self.call_id, self.name, arguments, raw, error, meta=self.meta)
+
+    def incomplete(self, raw: str | None = None) -> ToolCallIncompleteContent:
+        """The call, cut short."""
+        if raw is None:
+            raw = self.raw()
+        try:
+            preview = partial_json(raw)
+        except (ValueError, RecursionError):
+            preview = None
+        reason = FinishReason.LENGTH if self.cut else None
+        return ToolCallIncompleteContent(
+            self.call_id, self.name, raw, preview, reason, meta=self.meta
+        )
 
 
 _LIFECYCLE = frozenset(
-    {ToolCallStartContent, ToolCallArgsContent, ToolCallEndContent, ToolCallingContent}
+    {
+        ToolCallStartContent,
+        ToolCallArgsContent,
+        ToolCallEndContent,
+        ToolCallingContent,
+        ToolCallIncompleteContent,
+        ErrorContent,
+    }
 )
 
 
@@ -79,16 +125,24 @@ class ToolCallFlusher:
 
     A call flushed upstream already (``flush_tool_calls`` applied twice, as
     after ``convert()``) is flushed once: its upstream ``ToolCallingContent``
-    stands for the one this flusher would add (eager or not, whichever comes
-    first), so no tool runs twice.
+    (or ``ToolCallIncompleteContent``) stands for the one this flusher would
+    add (eager or not, whichever comes first), so no tool runs twice.
+
+    A call cut short becomes a :class:`ToolCallIncompleteContent`, never a
+    call to run: one that has not ended when its stream completes or fails,
+    and one whose invalid arguments came in an LLM call that finished with
+    ``LENGTH`` (the token limit cut them; OpenAI's chat API still ends the
+    call). Eagerly, a call whose arguments do not parse waits for its LLM
+    call's finish to tell which it is.
     """
 
-    __slots__ = ("_calls", "_eager", "_flushed", "_id", "_model", "_started")
+    __slots__ = ("_calls", "_deferred", "_eager", "_flushed", "_id", "_model", "_started")
 
     def __init__(self, eager: bool = False) -> None:
         self._eager = eager
         self._calls: dict[str, KeptCall] = {}  # by id: the latest call to start with it
         self._started: list[KeptCall] = []  # every call not flushed yet, in start order
+        self._deferred: list[KeptCall] = []  # eager: ended, invalid, waiting for the finish
         self._flushed: dict[str, int] = {}  # eager flushes by id not yet met upstream
         self._id: str | None = None
         self._model: str | None = None
@@ -112,8 +166,9 @@ class ToolCallFlusher:
 
     def step(self, result: AgentResponseResult) -> Sequence[AgentResponseResult]:
         self._id, self._model = result.id, result.model  # the flushed results carry them
-        eager: list[ToolCallingContent] = []
-        repeated: list[ToolCallingContent] = []
+        flushed: list[Content] = []
+        repeated: list[Content] = []
+        failed = False
         for content in result.contents:
             if type(content) not in _LIFECYCLE:
                 continue
@@ -130,13 +185,18 @@ class ToolCallFlusher:
                 if pending is not None and not pending.ended:
                     pending.ended = True
                     if self._eager:
-                        eager.append(pending.calling())
                         del self._calls[pending.call_id]
-                        self._flushed[pending.call_id] = self._flushed.get(pending.call_id, 0) + 1
-            elif isinstance(content, ToolCallingContent) and self._flushed_upstream(
-                content.call_id
-            ):
+                        calling = pending.calling()
+                        if isinstance(calling, ToolCallingContent) and calling.error is not None:
+                            self._deferred.append(pending)  # cut short, or just invalid?
+                        else:
+                            flushed.append(self._eagerly(calling))
+            elif isinstance(content, ErrorContent):
+                failed = True
+            elif isinstance(content, Flushed) and self._flushed_upstream(content):
                 repeated.append(content)
+        if result.finish_reason is not None or result.events:
+            flushed += self._finished(result)
         out: tuple[AgentResponseResult, ...] = (result,)
         if repeated:
             result = attrs.evolve(
@@ -144,25 +204,62 @@ class ToolCallFlusher:
             )
             empty = not (result.contents or result.events or result.finish_reason)
             out = () if empty else (result,)
-        if eager:
-            return (*out, AgentResponseResult(self._id, self._model, None, eager))
+        if failed:  # what the stream had not finished goes before the error, which stays last
+            flushed += self._unended()
+            if flushed:
+                return (AgentResponseResult(self._id, self._model, None, flushed), *out)
+        elif flushed:
+            return (*out, AgentResponseResult(self._id, self._model, None, flushed))
         return out
 
-    def _flushed_upstream(self, call_id: str) -> bool:
-        """Note that a flusher upstream flushed ``call_id``; whether this one already had.
+    def _eagerly(self, content: Flushed) -> Flushed:
+        """Note an eager flush of ``content``'s call (see :meth:`_flushed_upstream`)."""
+        call_id = content.call_id
+        self._flushed[call_id] = self._flushed.get(call_id, 0) + 1
+        return content
 
-        The upstream ``ToolCallingContent`` then stands for this flusher's own: an
-        ended call still kept is forgotten (``False``: pass it on); one this
-        flusher flushed eagerly makes it a repeat (``True``: drop it).
+    def _finished(self, result: AgentResponseResult) -> list[Content]:
+        """At an LLM call's finish: mark what a token limit cut; flush the deferred calls."""
+        reason = result.finish_reason
+        if reason is None:
+            finish = next((e for e in result.events if isinstance(e, FinishEvent)), None)
+            if finish is None:
+                return []
+            reason = finish.finish_reason
+        length = reason is FinishReason.LENGTH
+        for pending in (*self._calls.values(), *self._started, *self._deferred):
+            if pending.cut is None:  # (a call of an earlier LLM call has its own finish)
+                pending.cut = length
+        deferred, self._deferred = self._deferred, []
+        return [self._eagerly(pending.calling()) for pending in deferred]
+
+    def _unended(self) -> list[Content]:
+        """Every kept call that has not ended, cut short; no longer kept."""
+        kept = self._calls.values() if self._eager else self._started
+        cut: list[Content] = [p.incomplete() for p in kept if not p.ended]
+        self._started = [p for p in self._started if p.ended]
+        self._calls = {i: p for i, p in self._calls.items() if p.ended}
+        return cut
+
+    def _flushed_upstream(self, content: Flushed) -> bool:
+        """Note that a flusher upstream flushed ``content``'s call; whether this one already had.
+
+        The upstream ``ToolCallingContent`` or ``ToolCallIncompleteContent``
+        then stands for this flusher's own: a call still kept is forgotten
+        (``False``: pass it on); one this flusher flushed eagerly makes it a
+        repeat (``True``: drop it).
         """
-        for pending in self._started:
-            if pending.call_id == call_id and pending.ended:
-                self._started.remove(pending)
-                if self._calls.get(call_id) is pending:
-                    del self._calls[call_id]
-                return False
+        call_id = content.call_id
+        cut = isinstance(content, ToolCallIncompleteContent)
+        for kept in (self._started, self._deferred):
+            for pending in kept:
+                if pending.call_id == call_id and (pending.ended or cut):
+                    kept.remove(pending)
+                    if self._calls.get(call_id) is pending:
+                        del self._calls[call_id]
+                    return False
         latest = self._calls.get(call_id)
-        if latest is not None and latest.ended:
+        if latest is not None and (latest.ended or cut):
             del self._calls[call_id]  # (eager: not in _started)
             return False
         count = self._flushed.get(call_id, 0)
@@ -175,19 +272,29 @@ class ToolCallFlusher:
         return True
 
     def finish(self) -> Sequence[AgentResponseResult]:
-        calls = [p.calling() for p in self._started if p.ended]
-        self._calls.clear()
-        self._started.clear()
-        self._flushed.clear()
+        calls: list[Content]
+        if self._eager:
+            calls = [p.calling() for p in self._deferred]
+            calls += [p.incomplete() for p in self._calls.values() if not p.ended]
+        else:
+            calls = [p.calling() for p in self._started]
+        self._forget()
         if not calls:
             return ()
         return (AgentResponseResult(self._id, self._model, None, calls),)
 
     def fail(self, error: Exception) -> Sequence[AgentResponseResult]:
+        cut = self._unended()  # what an ErrorContent has not already cut
+        self._forget()
+        if not cut:
+            return ()
+        return (AgentResponseResult(self._id, self._model, None, cut),)
+
+    def _forget(self) -> None:
         self._calls.clear()
         self._started.clear()
+        self._deferred.clear()
         self._flushed.clear()
-        return ()
 
 
 def flush_tool_calls(eager: bool = False) -> Operator[AgentResponseResult, AgentResponseResult]:

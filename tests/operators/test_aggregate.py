@@ -266,7 +266,11 @@ def test_upstream_error_is_reraised_with_the_partial_response() -> None:
     assert partial is not None
     assert partial.interrupted is True
     assert (partial.id, partial.text) == ("r1", "Reading.")
-    assert partial.tool_calls == ()  # neither call's arguments ended
+    # Neither call's arguments ended: both are kept, cut short, never to run.
+    got = [(c.id, c.complete, c.raw_arguments, c.partial_value) for c in partial.tool_calls]
+    assert got == [("A", False, "{}", {}), ("B", False, '{"pa', {})]
+    assert all("stream ended before the call did" in str(c.error) for c in partial.tool_calls)
+    assert all(m.tool_calls is None for m in partial.turn_transcript)
     assert partial.turn_transcript == (ChatMessage.assistant("Reading."),)
 
 

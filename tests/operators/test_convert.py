@@ -357,6 +357,7 @@ def test_convert_equals_piped_when_a_stage_fails_after_emitting_in_the_same_step
     results, errors = converted
     assert [type(c).__name__ for r in results for c in r.contents] == [
         "ToolCallStartContent",
+        "ToolCallIncompleteContent",  # the call the limit stopped: reported, never run
         "ErrorContent",
     ]
     assert [t.__name__ for t, _ in errors] == ["LimitExceeded"]

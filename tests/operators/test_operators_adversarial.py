@@ -37,6 +37,7 @@ from rafrx.content import (
     ToolCallArgsProgressContent,
     ToolCalledContent,
     ToolCallEndContent,
+    ToolCallIncompleteContent,
     ToolCallingContent,
     ToolCallStartContent,
     UsageContent,
@@ -239,9 +240,12 @@ def test_an_upstream_error_at_any_position_keeps_everything_and_ends_typed(
     boom = StreamInterrupted("connection reset")
     before, after, errors = _fail_after(updates, k, boom, ops.convert())
     assert before == full[: len(before)]
-    assert [(type(c), c.message) for r in after for c in r.contents] == [
-        (ErrorContent, "connection reset")
-    ]
+    *cut, last = [c for r in after for c in r.contents]
+    assert (type(last), last.message) == (ErrorContent, "connection reset")
+    # before it, only the calls still open, cut short (never a call to run)
+    assert all(isinstance(c, ToolCallIncompleteContent) for c in cut)
+    started = [c.call_id for r in before for c in r.contents if isinstance(c, ToolCallStartContent)]
+    assert [c.call_id for c in cut] == [i for i in started if i in {c.call_id for c in cut}]
     assert errors == [boom]
 
     boom = StreamInterrupted("connection reset")
@@ -253,6 +257,7 @@ def test_an_upstream_error_at_any_position_keeps_everything_and_ends_typed(
     assert partial.interrupted
     texts = "".join(x.delta for x in updates[:k] if isinstance(x, u.TextDelta))
     assert partial.text == texts
+    assert [c.id for c in partial.tool_calls if not c.complete] == [c.call_id for c in cut]
 
 
 @pytest.mark.parametrize("k", range(len(MIXED) + 1))

@@ -10,7 +10,12 @@ import reactivex
 
 from rafrx import operators as ops
 from rafrx import updates as u
-from rafrx.content import ErrorContent, TextContent, ToolCallStartContent
+from rafrx.content import (
+    ErrorContent,
+    TextContent,
+    ToolCallIncompleteContent,
+    ToolCallStartContent,
+)
 from rafrx.errors import LimitExceeded, ProtocolError
 from rafrx.events import ResponseStartedEvent
 from rafrx.operators._reducer import reducer_operator
@@ -59,6 +64,7 @@ def test_the_first_error_wins_when_the_source_fails_after_the_operator_did(fused
     assert out == [
         R(contents=[TextContent("Hi")], events=[ResponseStartedEvent(None, None)]),
         R(contents=[ToolCallStartContent("c", "f")]),
+        R(contents=[ToolCallIncompleteContent("c", "f", "")]),  # the call the limit stopped
         R(contents=[ErrorContent(message)]),
     ]
     assert [(type(e), str(e)) for e in errors] == [(LimitExceeded, message)]
@@ -74,7 +80,8 @@ def test_the_first_error_is_re_raised_by_aggregate_with_what_came_before() -> No
     assert caught.value.limit == 10
     partial = caught.value.partial
     assert partial is not None
-    assert (partial.text, partial.tool_calls, partial.interrupted) == ("Hi", (), True)
+    assert (partial.text, partial.interrupted) == ("Hi", True)
+    assert [(c.id, c.complete, c.raw_arguments) for c in partial.tool_calls] == [("c", False, "")]
 
 
 def test_two_fused_stages_fail_as_the_operators_piped_apart_when_the_second_raises() -> None:

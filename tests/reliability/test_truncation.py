@@ -23,6 +23,7 @@ from functools import cache
 import pytest
 
 from rafrx import updates as u
+from rafrx.content import ToolCallArgsContent, ToolCallEndContent, ToolCallStartContent
 from rafrx.errors import IncompleteStream, RafrxError, StreamInterrupted
 from rafrx.sources import from_sse
 from rafrx.sources.dialects.openai_chat import chat_usage
@@ -169,9 +170,24 @@ def check_cut(run: FullRun, cut: int, got: Outcome, *, transport: bool = False) 
         assert error.partial.text == text, where
         assert full.response is not None
         assert full.response.text.startswith(text), where
-        for call in error.partial.tool_calls:  # only calls whose arguments ended
-            assert call.error is None, where
-            assert call.arguments in [c.arguments for c in full.response.tool_calls], where
+        seen = [c for r in got.results for c in r.contents]
+        open_ids = {c.call_id for c in seen if isinstance(c, ToolCallStartContent)}
+        open_ids -= {c.call_id for c in seen if isinstance(c, ToolCallEndContent)}
+        for call in error.partial.tool_calls:
+            if call.complete:  # a call whose arguments ended
+                assert call.error is None, where
+                assert call.arguments in [c.arguments for c in full.response.tool_calls], where
+            else:  # one still open at the cut: what came of it, never to run
+                assert call.id in open_ids, where
+                assert call.arguments is None, where
+                assert call.error == "arguments cut short: the stream ended before the call did"
+                whole = "".join(
+                    c.args_delta
+                    for r in full.results
+                    for c in r.contents
+                    if isinstance(c, ToolCallArgsContent) and c.call_id == call.id
+                )
+                assert whole.startswith(call.raw_arguments or ""), where
 
 
 @pytest.mark.parametrize("path", SAMPLE)
@@ -228,8 +244,11 @@ def test_a_cut_mid_arguments_never_yields_a_tool_call(eager: bool) -> None:
         flushed = [c.call_id for c in tool_callings(got.results)]
         # eager: each ended call at its end; by default calls are flushed only on completion
         assert flushed == (ended if eager else [])
-        assert [c.id for c in partial.tool_calls] == flushed
-        assert all(c.error is None for c in partial.tool_calls)
+        assert [c.id for c in partial.tool_calls if c.complete] == flushed
+        assert all(c.error is None for c in partial.tool_calls if c.complete)
+        # the open call is kept, cut short, and never flushed to run
+        cut = [c.id for c in partial.tool_calls if not c.complete]
+        assert cut == [i for i in started if i not in ended]
 
 
 # ---------------------------------------------------------------- over HTTP

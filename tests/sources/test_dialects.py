@@ -526,7 +526,7 @@ def test_anthropic_usage_is_cumulative_and_reported_once() -> None:
     ]
 
 
-def test_anthropic_unstopped_tool_block_is_never_flushed() -> None:
+def test_anthropic_unstopped_tool_block_is_kept_cut_short() -> None:
     body = sse(
         ("content_block_start", block_start(0, {"type": "tool_use", "id": "t", "name": "f"})),
         ("content_block_delta", block_delta(0, {"type": "input_json_delta", "partial_json": "{"})),
@@ -534,7 +534,7 @@ def test_anthropic_unstopped_tool_block_is_never_flushed() -> None:
         ("message_stop", STOP),
     )
     response = aggregate(body, "anthropic")
-    assert response.tool_calls == ()
+    assert [(c.id, c.complete, c.raw_arguments) for c in response.tool_calls] == [("t", False, "{")]
     assert response.finish_reason is FinishReason.LENGTH
 
 

@@ -11,7 +11,8 @@
   ``ReasoningDelta("", provider_data={"type": "redacted_thinking", "data": ...})``.
 * ``tool_use`` blocks → ``ToolCallStart`` / ``ToolCallArgs`` / ``ToolCallEnd``.
   A block that never stops (``max_tokens`` cut it) gets no ``ToolCallEnd``,
-  so its call is never flushed. Server tools (``server_tool_use``,
+  so its call is never run: it ends cut short (``ToolCallIncompleteContent``).
+  Server tools (``server_tool_use``,
   ``web_search_tool_result``) are run by Anthropic, not by the client: ignored.
 * ``message_delta`` carries the stop reason and *cumulative* usage (it
   overwrites, never adds); ``message_stop`` → ``Finish(reason, usage)`` with
