@@ -268,7 +268,7 @@ class _Turn:
             await self.loop()
         except Exception as exc:
             if isinstance(exc, RafrxError) and exc.partial is None:
-                exc.partial = self.turn.response(interrupted=True)
+                exc.partial = self.turn.failed(exc)
             self.terminate(self.observer.on_error, exc)
         else:
             self.terminate(self.observer.on_completed)

@@ -195,18 +195,25 @@ class ToolCallingContent(_HtmlRepr):
     meta: ResponseMetadata = _meta()
 
 
+def _cut_short(content: ToolCallIncompleteContent) -> str:
+    if content.finish_reason is FinishReason.LENGTH:
+        return "arguments cut short: the response hit its token limit (finish reason length)"
+    return "arguments cut short: the stream ended before the call did"
+
+
 @final
-@slot_init
 @attrs.frozen
 class ToolCallIncompleteContent(_HtmlRepr):
     """④ A call cut short: it never runs.
 
     The response ended before the call's arguments did (``finish_reason``
-    is ``LENGTH``: the model hit its token limit), or the stream failed
-    first (``finish_reason`` is ``None``). ``raw_arguments`` is what
-    arrived; ``partial_value`` what it was on its way to (see
-    :func:`rafrx.json_stream.partial_json`; ``None`` when nothing could be
-    read): a preview, never arguments to run a tool with.
+    is ``LENGTH``: the model hit its token limit), or the stream ended or
+    failed first (``finish_reason`` is ``None``; a stream that fails after a
+    call's arguments ended but before its response did cuts that call short
+    too). ``raw_arguments`` is what arrived; ``partial_value`` what it was
+    on its way to (see :func:`rafrx.json_stream.partial_json`; ``None`` when
+    nothing could be read): a preview, never arguments to run a tool with.
+    ``error`` says why, as :attr:`rafrx.messages.ToolCall.error` will.
 
     Example:
         >>> from rafrx.json_stream import partial_json
@@ -223,16 +230,8 @@ class ToolCallIncompleteContent(_HtmlRepr):
     raw_arguments: str
     partial_value: Any = None
     finish_reason: FinishReason | None = None
+    error: str = attrs.field(default=attrs.Factory(_cut_short, takes_self=True))
     meta: ResponseMetadata = _meta()
-
-    @property
-    def error(self) -> str:
-        """Why the call never runs, as :attr:`rafrx.messages.ToolCall.error` tells it."""
-        if self.finish_reason is FinishReason.LENGTH:
-            cause = "the response hit its token limit (finish reason length)"
-        else:
-            cause = "the stream ended before the call did"
-        return f"arguments cut short: {cause}"
 
 
 def _exclusive(instance: ToolCalledContent, attribute: Any, value: Any) -> None:

@@ -139,7 +139,8 @@ def _fields(value: Any, secrets: tuple[str, ...]) -> dict[str, Any]:
     for field in attrs.fields(type(value)):
         v = getattr(value, field.name)
         if isinstance(field.default, attrs.Factory):  # type: ignore[arg-type]
-            default = field.default.factory()
+            factory = field.default
+            default = factory.factory(value) if factory.takes_self else factory.factory()
         else:
             default = field.default
         if default is not attrs.NOTHING and v == default:

@@ -62,6 +62,7 @@ EXPECTED_MATCH_ARGS = {
         "raw_arguments",
         "partial_value",
         "finish_reason",
+        "error",
     ),
     ToolCalledContent: ("call_id", "result", "error"),
     UsageContent: ("usage",),
@@ -148,8 +149,8 @@ def describe(content: Content) -> str:
             return f"end {call_id}"
         case ToolCallingContent(call_id, name, arguments, raw, error):
             return f"calling {call_id} {name} {arguments} {raw} {error}"
-        case ToolCallIncompleteContent(call_id, name, raw, value, reason):
-            return f"cut {call_id} {name} {raw} {value} {reason}"
+        case ToolCallIncompleteContent(call_id, name, raw, value, reason, error):
+            return f"cut {call_id} {name} {raw} {value} {reason} {error}"
         case ToolCalledContent(call_id, result, error):
             return f"called {call_id} {result} {error}"
         case UsageContent(usage):
@@ -171,7 +172,8 @@ def test_pattern_matching_on_every_variant() -> None:
         "progress call_1 content 5 héé",
         "end call_1",
         "calling call_1 read_file {'path': 'a.py'} {\"path\": \"a.py\"} None",
-        "cut call_1 read_file {\"path\": \"a. {'path': 'a.'} None",
+        "cut call_1 read_file {\"path\": \"a. {'path': 'a.'} None "
+        "arguments cut short: the stream ended before the call did",
         "called call_1 file contents None",
         "usage 3",
         "error connection reset",

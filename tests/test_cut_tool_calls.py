@@ -34,6 +34,7 @@ from rafrx.content import (
 from rafrx.errors import ProtocolError, ProviderError
 from rafrx.json_stream import partial_json
 from rafrx.messages import MessageRole, to_anthropic
+from rafrx.operators._flush_tool_calls import FAILED_FIRST
 from rafrx.response import AgentResponseResult, FinishReason
 from rafrx.sources import from_sse
 from rafrx.sources.clients import (
@@ -186,17 +187,29 @@ def test_a_failing_stream_cuts_open_calls_before_the_error_which_stays_last(eage
     assert len(errors) == 1
     assert isinstance(errors[0], ProviderError)
     assert isinstance(results[-1].contents[-1], ErrorContent)
-    kinds = (ErrorContent, ToolCallIncompleteContent)
-    order = [type(c).__name__ for c in contents(results) if isinstance(c, kinds)]
-    assert order == ["ToolCallIncompleteContent", "ErrorContent"]
-    cut = [c for c in contents(results) if isinstance(c, ToolCallIncompleteContent)]
-    assert [(c.call_id, c.raw_arguments, c.partial_value, c.finish_reason) for c in cut] == [
-        ("open", CUT_RAW, CUT_PREVIEW, None)
-    ]
-    # eagerly "done" ran at its end; otherwise an ended call waits for completion, never reached
+    # eagerly "done" ran at its end; otherwise an ended call waits for completion, never
+    # reached: the failure cuts it short too (whole arguments, but its response failed)
     assert [c.call_id for c in flushed(results) if isinstance(c, ToolCallingContent)] == (
         ["done"] if eager else []
     )
+    kinds = (ErrorContent, ToolCallIncompleteContent)
+    order = [type(c).__name__ for c in contents(results) if isinstance(c, kinds)]
+    cut_first = [] if eager else ["ToolCallIncompleteContent"]
+    assert order == [*cut_first, "ToolCallIncompleteContent", "ErrorContent"]
+    cut = [c for c in contents(results) if isinstance(c, ToolCallIncompleteContent)]
+    done = [("done", "{}", {}, None, FAILED_FIRST)]
+    assert [
+        (c.call_id, c.raw_arguments, c.partial_value, c.finish_reason, c.error) for c in cut
+    ] == [
+        *([] if eager else done),
+        (
+            "open",
+            CUT_RAW,
+            CUT_PREVIEW,
+            None,
+            "arguments cut short: the stream ended before the call did",
+        ),
+    ]
 
     with pytest.raises(ProviderError) as info:
         reactivex.from_iterable(updates).pipe(ops.convert(eager), ops.aggregate()).run()

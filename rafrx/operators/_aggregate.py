@@ -6,6 +6,7 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any
 
+import attrs
 from reactivex import Observable
 
 from rafrx._fragments import COMPACT_AT, compact, joined
@@ -18,7 +19,7 @@ from rafrx.content import (
     ToolCallStartContent,
     UsageContent,
 )
-from rafrx.errors import RafrxError
+from rafrx.errors import ProviderError, RafrxError
 from rafrx.events import FinishEvent, ResponseStartedEvent
 from rafrx.messages import (
     ChatMessage,
@@ -230,8 +231,16 @@ class ResponseAggregator:
 
     def fail(self, error: Exception) -> Sequence[AgentResponse]:
         if isinstance(error, RafrxError) and error.partial is None:
-            error.partial = self.response(interrupted=True)
+            error.partial = self.failed(error)
         return ()
+
+    def failed(self, error: Exception) -> AgentResponse:
+        """The turn so far, interrupted by ``error``: a provider's error event closes it
+        with finish reason ``ERROR``."""
+        response = self.response(interrupted=True)
+        if isinstance(error, ProviderError) and response.finish_reason is None:
+            return attrs.evolve(response, finish_reason=FinishReason.ERROR)
+        return response
 
 
 def aggregate(agent_id: str | None = None) -> Operator[AgentResponseResult, AgentResponse]:

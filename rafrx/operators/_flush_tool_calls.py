@@ -53,6 +53,9 @@ def parse_arguments(raw: str) -> tuple[Any, str | None]:
 Flushed = ToolCallingContent | ToolCallIncompleteContent
 """What a flush makes of a call: one to run, or one cut short."""
 
+FAILED_FIRST = "never run: the stream failed before the response was complete"
+"""Why a call whose arguments ended is cut short when its stream fails before it is flushed."""
+
 
 class KeptCall:
     """A started call's name and argument fragments, until it is flushed.
@@ -95,17 +98,22 @@ class KeptCall:
         return ToolCallingContent(self.call_id, self.name, arguments, raw, error, meta=self.meta)
 
     def incomplete(self, raw: str | None = None) -> ToolCallIncompleteContent:
-        """The call, cut short."""
+        """The call, cut short (by its token limit, or by the end of its stream)."""
         if raw is None:
             raw = self.raw()
         try:
             preview = partial_json(raw)
         except (ValueError, RecursionError):
             preview = None
-        reason = FinishReason.LENGTH if self.cut else None
-        return ToolCallIncompleteContent(
-            self.call_id, self.name, raw, preview, reason, meta=self.meta
-        )
+        if self.cut:
+            return ToolCallIncompleteContent(
+                self.call_id, self.name, raw, preview, FinishReason.LENGTH, meta=self.meta
+            )
+        if self.ended:  # its arguments are whole: the response is what failed
+            return ToolCallIncompleteContent(
+                self.call_id, self.name, raw, preview, None, FAILED_FIRST, meta=self.meta
+            )
+        return ToolCallIncompleteContent(self.call_id, self.name, raw, preview, meta=self.meta)
 
 
 _LIFECYCLE = frozenset(
@@ -204,8 +212,8 @@ class ToolCallFlusher:
             )
             empty = not (result.contents or result.events or result.finish_reason)
             out = () if empty else (result,)
-        if failed:  # what the stream had not finished goes before the error, which stays last
-            flushed += self._unended()
+        if failed:  # what the stream had not flushed goes before the error, which stays last
+            flushed += self._unflushed()
             if flushed:
                 return (AgentResponseResult(self._id, self._model, None, flushed), *out)
         elif flushed:
@@ -233,12 +241,18 @@ class ToolCallFlusher:
         deferred, self._deferred = self._deferred, []
         return [self._eagerly(pending.calling()) for pending in deferred]
 
-    def _unended(self) -> list[Content]:
-        """Every kept call that has not ended, cut short; no longer kept."""
-        kept = self._calls.values() if self._eager else self._started
-        cut: list[Content] = [p.incomplete() for p in kept if not p.ended]
-        self._started = [p for p in self._started if p.ended]
-        self._calls = {i: p for i, p in self._calls.items() if p.ended}
+    def _unflushed(self) -> list[Content]:
+        """Every call not flushed yet, cut short by a failing stream; then none is kept.
+
+        In start order; eagerly, the calls whose invalid arguments were waiting
+        for the finish come first.
+        """
+        if self._eager:
+            kept = [*self._deferred, *(p for p in self._calls.values() if not p.ended)]
+        else:
+            kept = self._started
+        cut: list[Content] = [p.incomplete() for p in kept]
+        self._forget()
         return cut
 
     def _flushed_upstream(self, content: Flushed) -> bool:
@@ -284,8 +298,7 @@ class ToolCallFlusher:
         return (AgentResponseResult(self._id, self._model, None, calls),)
 
     def fail(self, error: Exception) -> Sequence[AgentResponseResult]:
-        cut = self._unended()  # what an ErrorContent has not already cut
-        self._forget()
+        cut = self._unflushed()  # what an ErrorContent has not already cut
         if not cut:
             return ()
         return (AgentResponseResult(self._id, self._model, None, cut),)

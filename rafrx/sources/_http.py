@@ -33,6 +33,7 @@ import io
 import json
 import math
 import random
+import re
 import threading
 import time
 from collections.abc import AsyncGenerator, Mapping, Sequence
@@ -60,7 +61,7 @@ from rafrx.sources._decoder import UpdateDecoder
 from rafrx.sources._idle import IdleTimer
 from rafrx.sources.dialects._common import is_retryable
 from rafrx.sse import DEFAULT_MAX_EVENT_BYTES, DEFAULT_MAX_LINE_BYTES, check_content_type
-from rafrx.updates import AgentResponseUpdate
+from rafrx.updates import AgentResponseUpdate, ResponseMetadata
 
 __all__ = [
     "HTTPRequest",
@@ -212,6 +213,34 @@ def redact(text: str, secrets: Sequence[str]) -> str:
     return text
 
 
+#: The marker ``rafrx.errors`` puts where it clipped a long text.
+_CLIPPED = re.compile(r"… \[\d+ more characters\]\Z")
+
+#: The longest start of a secret a cut text may end with: no more than a key's public prefix.
+_HARMLESS_PREFIX: Final = 3
+
+
+def redact_cut(text: str, secrets: Sequence[str]) -> str:
+    """:func:`redact` for a text cut short: a secret the cut split leaves its start at
+    the end (before a clip marker, if any), which goes too.
+
+    Example:
+        >>> redact_cut("the key is sk-12", ["sk-123456"])
+        'the key is ***'
+        >>> redact_cut("the key is sk-1234… [5 more characters]", ["sk-123456"])
+        'the key is ***… [5 more characters]'
+    """
+    marker = _CLIPPED.search(text)
+    head, tail = (text[: marker.start()], marker.group()) if marker else (text, "")
+    head = redact(head, secrets)
+    for secret in secrets:
+        for size in range(min(len(secret) - 1, len(head)), _HARMLESS_PREFIX, -1):
+            if head.endswith(secret[:size]):
+                head = head[:-size] + "***"
+                break
+    return head + tail
+
+
 def redact_error(error: RafrxError, secrets: Sequence[str]) -> RafrxError:
     """``error`` with every secret in its text attributes replaced by ``***``,
     and without the exceptions it was raised from or during.
@@ -229,8 +258,8 @@ def redact_error(error: RafrxError, secrets: Sequence[str]) -> RafrxError:
         return error
     for name, value in list(vars(error).items()):
         if isinstance(value, str):
-            setattr(error, name, redact(value, secrets))
-    error.args = tuple(redact(a, secrets) if isinstance(a, str) else a for a in error.args)
+            setattr(error, name, redact_cut(value, secrets))
+    error.args = tuple(redact_cut(a, secrets) if isinstance(a, str) else a for a in error.args)
     error.__cause__ = error.__context__ = None
     error.__suppress_context__ = True
     return error
@@ -424,6 +453,10 @@ class _StreamCall:
         self.task: asyncio.Task[None] | None = None
         self.response: aiohttp.ClientResponse | None = None
         self.delivered = 0
+        # With retries, the response's metadata waits for its first content: an error
+        # before any content (an overloaded provider, right after message_start) can
+        # then still be retried, and only the attempt that answers is seen.
+        self.held: list[AgentResponseUpdate] | None = None if retry is None else []
         self.stopped = False
 
     # ------------------------------------------------------------ lifecycle
@@ -481,15 +514,31 @@ class _StreamCall:
         for update in updates:
             if self.stopped:
                 return
+            if self.held is not None:
+                if type(update) is ResponseMetadata:
+                    self.held.append(update)
+                    continue
+                self._deliver_held()
             self.delivered += 1
             try:
                 on_next(update)
             except Exception as exc:
                 raise _SubscriberFailed(exc) from exc
 
+    def _deliver_held(self) -> None:
+        """Emit the metadata held for the first content (see ``held``); hold no more."""
+        held, self.held = self.held, None
+        if held:
+            self._deliver(held)
+
     def _end(self, error: Exception | None = None) -> None:
         if self.stopped:
             return
+        if self.held:  # the metadata of a response with no content: it still counts
+            try:
+                self._deliver_held()
+            except _SubscriberFailed as failed:
+                error = failed.error
         self.stopped = True
         try:
             if error is None:
@@ -530,6 +579,8 @@ class _StreamCall:
                     if delay is None:
                         self._end(err)
                         return
+                    if self.held:
+                        self.held.clear()  # the failed attempt's metadata: never seen
                     await asyncio.sleep(delay)
                 except Exception as exc:
                     self._close()
@@ -585,6 +636,7 @@ class _StreamCall:
                     data=_json_body(session, request.payload),
                     headers=dict(request.headers),
                     allow_redirects=False,
+                    raise_for_status=False,  # ours to build, whatever the session says
                     timeout=aiohttp.ClientTimeout(
                         total=None, connect=None, sock_connect=timeouts.connect, sock_read=None
                     ),
@@ -669,7 +721,7 @@ class _StreamCall:
                         break
         except (TimeoutError, aiohttp.ClientError, OSError):
             pass
-        return redact(bytes(data[:limit]).decode("utf-8", "replace"), self.request.secrets)
+        return redact_cut(bytes(data[:limit]).decode("utf-8", "replace"), self.request.secrets)
 
     async def _status_error(self, response: aiohttp.ClientResponse) -> HTTPStatusError:
         body = await self._read_text(response, MAX_ERROR_BODY)

@@ -15,11 +15,12 @@ from rafrx.content import (
     TextContent,
     ToolCallArgsContent,
     ToolCallEndContent,
+    ToolCallIncompleteContent,
     ToolCallingContent,
     ToolCallStartContent,
 )
 from rafrx.errors import ProviderError
-from rafrx.operators._flush_tool_calls import parse_arguments
+from rafrx.operators._flush_tool_calls import FAILED_FIRST, parse_arguments
 from rafrx.response import AgentResponseResult, FinishReason
 from tests.operators import apart, contents, marble, records, run, subscribed
 
@@ -73,10 +74,16 @@ def test_marble_eager_calling_comes_right_after_the_end() -> None:
     assert subscriptions == [subscribed(200, 350)]
 
 
-def test_marble_an_upstream_error_flushes_nothing() -> None:
+def test_marble_an_upstream_error_flushes_no_call_to_run() -> None:
     boom = ProviderError("overloaded")
     messages, subscriptions = marble(ops.flush_tool_calls(), "-s-x-y-e-#", LOOKUP, error=boom)
-    assert messages == records("-s-x-y-e-#", LOOKUP, error=boom)
+    # the ended call, not flushed yet, comes cut short just before the error: never run
+    cut = ToolCallIncompleteContent(
+        "a", "f", '{"q": "z"}', {"q": "z"}, None, FAILED_FIRST, meta=META
+    )
+    assert messages[:-2] == records("-s-x-y-e", LOOKUP)
+    assert [(m.time, m.value.kind) for m in messages[-2:]] == [(290, "N"), (290, "E")]
+    assert messages[-2].value.value.contents == (cut,)
     assert messages[-1].value.exception is boom
     assert subscriptions == [subscribed(200, 290)]
 

@@ -266,11 +266,13 @@ def full_run(path: str) -> FullRun:
     return FullRun(body, dialect, events, outcome, counts, terminal_at, finish_at)
 
 
-def expected_partial(prefix: list[u.AgentResponseUpdate]) -> AgentResponse:
-    """The partial response of a stream that delivered ``prefix`` and then failed."""
-    failing = reactivex.concat(
-        reactivex.from_iterable(prefix), reactivex.throw(IncompleteStream("cut"))
-    )
+def expected_partial(
+    prefix: list[u.AgentResponseUpdate], failure: RafrxError | None = None
+) -> AgentResponse:
+    """The partial response of a stream that delivered ``prefix`` and then failed (with
+    ``failure``: a provider's error closes it with finish reason ``ERROR``)."""
+    error = IncompleteStream("cut") if failure is None else failure
+    failing = reactivex.concat(reactivex.from_iterable(prefix), reactivex.throw(error))
     errors: list[Exception] = []
     failing.pipe(ops.convert(), ops.aggregate()).subscribe(on_error=errors.append)
     assert len(errors) == 1
