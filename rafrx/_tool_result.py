@@ -16,6 +16,7 @@ import datetime
 import decimal
 import enum
 import json
+import math
 import pathlib
 import uuid
 from typing import Any
@@ -44,19 +45,24 @@ def format_result(value: Any) -> str:
         ...     C = "celsius"
         >>> format_result(Unit.C), format_result({Unit.C: 21.5})
         ('celsius', '{"celsius": 21.5}')
+        >>> format_result({"mean": float("nan")})
+        '{"mean": null}'
     """
     if isinstance(value, str):
         return str.__str__(value)  # not str(): a (str, Enum) member would show as 'Unit.C'
-    return json.dumps(_with_json_keys(value), ensure_ascii=False, default=_to_json)
+    return json.dumps(_with_json_keys(value), ensure_ascii=False, allow_nan=False, default=_to_json)
 
 
 def _with_json_keys(value: Any, open_containers: frozenset[int] = frozenset()) -> Any:
-    """``value`` with every dict key that JSON lacks given its JSON form.
+    """``value`` with every dict key that JSON lacks given its JSON form, and every
+    NaN or infinity as ``None``.
 
     ``json.dumps`` calls ``default`` for values only, never for keys. A
     container met again inside itself is left as is, for ``json.dumps`` to
     report the circular reference.
     """
+    if isinstance(value, float) and not math.isfinite(value):
+        return None  # NaN and the infinities have no JSON form: null, as JSON.stringify
     if id(value) in open_containers or not isinstance(value, dict | list | tuple):
         return value
     inside = open_containers | {id(value)}
@@ -85,7 +91,7 @@ def _to_json(value: Any) -> Any:
         fields = {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
         return _with_json_keys(fields)
     if isinstance(value, set | frozenset):
-        return sorted(value, key=repr)
+        return _with_json_keys(sorted(value, key=repr))
     if isinstance(value, datetime.date | datetime.time):
         return value.isoformat()
     if isinstance(value, pathlib.PurePath | uuid.UUID | decimal.Decimal):

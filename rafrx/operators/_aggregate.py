@@ -188,10 +188,22 @@ class ResponseAggregator:
                     step.order.append(content.call_id)
                 step.calls[content.call_id] = _cut_call(content)
             elif isinstance(content, ToolCalledContent):
-                step.results[content.call_id] = _tool_message(content)
+                self._step_of(content.call_id, step).results[content.call_id] = _tool_message(
+                    content
+                )
             elif isinstance(content, UsageContent):
                 step.usage = content.usage  # cumulative within a call: the last one counts
         return ()
+
+    def _step_of(self, call_id: str, current: _Step) -> _Step:
+        """The step whose LLM call made ``call_id`` (a tool's result may come after the
+        next LLM call started); the current one when none did."""
+        if call_id in current.calls:
+            return current
+        for step in reversed(self._steps):
+            if call_id in step.calls:
+                return step
+        return current
 
     def response(self, *, interrupted: bool = False) -> AgentResponse:
         """The :class:`AgentResponse` of everything seen so far."""

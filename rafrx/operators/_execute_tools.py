@@ -20,7 +20,7 @@ from rafrx.errors import (
     ToolNotFound,
     error_text,
 )
-from rafrx.events import ToolApprovalRequestEvent
+from rafrx.events import ResponseStartedEvent, ToolApprovalRequestEvent
 from rafrx.response import AgentResponseResult
 from rafrx.tools import Tool, ToolApprovalResponse, _is_async, as_tool, format_result
 from rafrx.typing import Operator
@@ -86,6 +86,8 @@ class _Runner:
         if self.stopped:
             return
         self.observer.on_next(result)
+        if result.events and any(isinstance(e, ResponseStartedEvent) for e in result.events):
+            self.seen.clear()  # a new LLM call: an id may come back in it
         for content in result.contents:
             if self.stopped:
                 return

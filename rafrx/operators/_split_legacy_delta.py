@@ -28,10 +28,11 @@ def new_call_id() -> str:
 class _Slot:
     """The call currently open at one wire index."""
 
-    __slots__ = ("generated", "held", "id", "name", "started")
+    __slots__ = ("generated", "held", "id", "name", "started", "wire_id")
 
     def __init__(self, call_id: str | None) -> None:
-        self.id = call_id
+        self.id = call_id  # the call's id in the updates: unique within the response
+        self.wire_id = call_id  # the provider's, which another index may repeat
         self.generated = False  # the id is ours (new_call_id), not the provider's
         self.name: str | None = None
         self.started = False
@@ -46,7 +47,7 @@ class _Slot:
         every call whole at index 0 without ids).
         """
         return bool(
-            (delta.id and self.id and delta.id != self.id and not self.generated)
+            (delta.id and self.wire_id and delta.id != self.wire_id)
             or (delta.name and self.name is not None and delta.name != self.name)
         )
 
@@ -73,11 +74,12 @@ class LegacyDeltaSplitter:
         [ToolCallEnd(id='a')]
     """
 
-    __slots__ = ("_open", "_slots")
+    __slots__ = ("_ids", "_open", "_slots")
 
     def __init__(self) -> None:
         self._slots: dict[int, _Slot] = {}
         self._open: list[_Slot] = []  # started calls, in start order
+        self._ids: dict[str, str] = {}  # id → name of the calls started in this response
 
     def step(self, update: AgentResponseUpdate) -> Sequence[AgentResponseUpdate]:
         if type(update) is ToolCallDelta:
@@ -98,7 +100,7 @@ class LegacyDeltaSplitter:
         slot = self._slots.get(delta.index)
         if slot is None or not slot.started:
             return None
-        if (delta.id and delta.id != slot.id) or (delta.name and delta.name != slot.name):
+        if (delta.id and delta.id != slot.wire_id) or (delta.name and delta.name != slot.name):
             return None  # maybe a new call: step() decides
         return slot.id
 
@@ -117,7 +119,7 @@ class LegacyDeltaSplitter:
                 raise ProtocolError(f"tool call index must be >= 0, got {delta.index}")
             slot = self._slots[delta.index] = _Slot(delta.id or None)
         elif delta.id and not slot.id:
-            slot.id = delta.id
+            slot.id = slot.wire_id = delta.id
         out: list[AgentResponseUpdate] = []
         if delta.name and slot.name is None:
             slot.name = delta.name
@@ -132,6 +134,11 @@ class LegacyDeltaSplitter:
             if not slot.id:
                 slot.id = new_call_id()
                 slot.generated = True
+            elif self._ids.get(slot.id, slot.name) != slot.name:
+                # Another call by that id (an index may repeat an id to go on with its
+                # call, as the name shows): one id each, for each to be answered apart.
+                slot.id = self._unique(slot.id)
+            self._ids[slot.id] = slot.name
             self._open.append(slot)
             out.append(ToolCallStart(slot.id, slot.name))
             if slot.held:
@@ -139,12 +146,20 @@ class LegacyDeltaSplitter:
                 slot.held.clear()
         return out
 
+    def _unique(self, call_id: str) -> str:
+        """``call_id`` made unique among this response's calls: ``<id>_2``, ``<id>_3``…"""
+        n = 2
+        while f"{call_id}_{n}" in self._ids:
+            n += 1
+        return f"{call_id}_{n}"
+
     def _end_all(self) -> list[AgentResponseUpdate]:
         for index, slot in self._slots.items():
             _check_named(index, slot)
         out: list[AgentResponseUpdate] = [ToolCallEnd(slot.id or "") for slot in self._open]
         self._open.clear()
         self._slots.clear()
+        self._ids.clear()
         return out
 
 
