@@ -23,7 +23,7 @@ import inspect
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-__all__ = ["call_function", "is_async"]
+__all__ = ["call_function", "call_on", "is_async"]
 
 
 def is_async(fn: Callable[..., Any]) -> bool:
@@ -51,3 +51,18 @@ async def call_function(
     if inspect.isawaitable(result):
         result = await result
     return result
+
+
+def call_on(loop: asyncio.AbstractEventLoop, callback: Callable[[], object]) -> None:
+    """Call ``callback`` now on ``loop``'s own thread, else soon on ``loop`` (which it
+    wakes); not at all once ``loop`` is closed. For what asyncio objects must only be
+    touched from their loop's thread: cancelling a task when disposed from elsewhere.
+    """
+    try:
+        running = asyncio.get_running_loop()
+    except RuntimeError:
+        running = None
+    if running is loop:
+        callback()
+    elif not loop.is_closed():
+        loop.call_soon_threadsafe(callback)

@@ -44,6 +44,7 @@ from typing import Any, Protocol
 from reactivex import Observable, abc
 from reactivex.disposable import Disposable
 
+from rafrx._call import call_on
 from rafrx.errors import MaxStepsExceeded, RafrxError
 from rafrx.history import ContextProvider, HistoryProvider
 from rafrx.messages import ChatMessage, MessageSource
@@ -238,7 +239,7 @@ def _stop(turn: _Turn, task: asyncio.Task[None]) -> None:
     """Stop a turn at once: its current step's request and tools first (nothing more
     starts, no approver is asked), then the task (which wakes later)."""
     turn.stop()
-    task.cancel()
+    call_on(task.get_loop(), task.cancel)  # (disposing may come from another thread)
 
 
 class _Turn:

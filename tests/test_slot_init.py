@@ -15,11 +15,15 @@ from rafrx import content, response, updates
 from rafrx._slot_init import slot_builder, slot_init
 from rafrx.operators import _builders
 
+# Built once per cut call, not per chunk, and its ``error`` defaults from its
+# ``finish_reason`` (an attrs Factory taking self, which slot_init refuses).
+NOT_PER_CHUNK = {content.ToolCallIncompleteContent}
+
 STREAMED = [
     cls
     for module in (updates, content)
     for cls in (getattr(module, name) for name in module.__all__)
-    if inspect.isclass(cls) and attrs.has(cls)
+    if inspect.isclass(cls) and attrs.has(cls) and cls not in NOT_PER_CHUNK
 ] + [response.AgentResponseResult]
 
 

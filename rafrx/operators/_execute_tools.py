@@ -12,6 +12,7 @@ from typing import Any, TypeAlias
 from reactivex import Observable, abc
 from reactivex.disposable import CompositeDisposable, Disposable, SingleAssignmentDisposable
 
+from rafrx._call import call_on
 from rafrx.content import ToolCalledContent, ToolCallingContent
 from rafrx.errors import (
     InvalidToolArguments,
@@ -140,6 +141,13 @@ class _Runner:
     def stop(self) -> None:
         self.stopped = True
         self.upstream.dispose()
+        if self.loop is None:
+            self.cancel()
+        else:  # (disposing may come from another thread)
+            call_on(self.loop, self.cancel)
+
+    def cancel(self) -> None:
+        """Cancel the running tools and the approvals awaited (on the loop's thread)."""
         for task in list(self.tasks):
             task.cancel()
         for future in self.waiting.values():

@@ -318,6 +318,7 @@ class ReducedObservable(_DirectPipe[B]):
         """Subscribe ``observer``; ``at_once``: drive a :class:`SyncSource` during the call."""
         reducer = self.factory()
         stopped = False
+        raised = False  # the observer's on_next raised: the source may bring that back
         upstream = SingleAssignmentDisposable()
 
         def stop() -> None:
@@ -334,12 +335,20 @@ class ReducedObservable(_DirectPipe[B]):
                 on_error(exc)
                 return
             for out in outputs:
-                observer.on_next(out)
+                try:
+                    observer.on_next(out)
+                except Exception:
+                    nonlocal raised
+                    raised = True
+                    raise
 
         def on_error(error: Exception) -> None:
             if stopped:
                 return
             stop()
+            if raised:  # the subscriber's own error, reported by the source: nothing else
+                observer.on_error(error)
+                return
             try:
                 outputs = reducer.fail(error)
             except Exception as exc:

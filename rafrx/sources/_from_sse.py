@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Iterator
 from typing import Any
 
 import reactivex
@@ -86,12 +86,33 @@ def from_sse(
         )
 
     if isinstance(chunks, bytes | bytearray | memoryview):
-        return _from_sync((bytes(chunks),), decoder)
+        return _from_sync(_Pieces(bytes(chunks)), decoder)
     if isinstance(chunks, AsyncIterable):
         return _from_async(chunks, decoder)
     if isinstance(chunks, Iterable):
         return _from_sync(chunks, decoder)
     raise TypeError(f"from_sse() needs bytes or an iterable of bytes, got {type(chunks).__name__}")
+
+
+class _Pieces:
+    """A whole body read in socket-sized pieces, as a socket delivers it: a subscription
+    disposed mid-body (``take(1)``) stops decoding within a piece. Iterable again and
+    again (every subscription reads the body anew)."""
+
+    __slots__ = ("body",)
+
+    SIZE = 4096
+
+    def __init__(self, body: bytes) -> None:
+        self.body = body
+
+    def __iter__(self) -> Iterator[bytes]:
+        body, size = self.body, self.SIZE
+        if len(body) <= size:
+            yield body
+            return
+        for start in range(0, len(body), size):
+            yield body[start : start + size]
 
 
 def _from_sync(chunks: Iterable[bytes], make: Any) -> Observable[AgentResponseUpdate]:

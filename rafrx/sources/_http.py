@@ -464,6 +464,10 @@ class _StreamCall:
     def start(self) -> None:
         self.task = self.loop.create_task(self._run())
         self.sessions.track(self, self.task)
+        self.task.add_done_callback(self._forget_task)
+
+    def _forget_task(self, task: asyncio.Task[None]) -> None:
+        self.task = None  # (the task keeps its error, whose traceback holds this call)
 
     def abort(self) -> None:
         """End the call with a TransportError: its client was closed."""
@@ -487,7 +491,8 @@ class _StreamCall:
 
     def dispose(self) -> None:
         if threading.get_ident() != self.thread:
-            self.loop.call_soon_threadsafe(self.dispose)
+            if not self.loop.is_closed():  # (a closed loop ran the call to its end)
+                self.loop.call_soon_threadsafe(self.dispose)
             return
         if self.stopped:
             return
@@ -588,9 +593,14 @@ class _StreamCall:
                     return
                 else:
                     return
-        except asyncio.CancelledError:
+        except asyncio.CancelledError as cancelled:
             self._close()
-            raise
+            # The task keeps this error: without the frames below (whose asyncio.timeout()
+            # blocks hold the task) and once the call forgets the task, they make no
+            # cycle, so a client dropped after a dispose closes its session as it goes,
+            # not in the cycle collector ("Unclosed client session").
+            cancelled.__context__ = None
+            raise cancelled.with_traceback(None) from None
 
     async def _attempt(self) -> None:
         response = await self._send()
