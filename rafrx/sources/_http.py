@@ -113,7 +113,9 @@ class RetryPolicy:
     A request is retried only when its error is retryable (HTTP 408, 409,
     429, 5xx, a refused connection, a connect timeout, a retryable provider
     error; an ``x-should-retry`` header overrides) and no update was emitted
-    yet, so nothing is ever duplicated. The wait is the server's
+    yet, so nothing is ever duplicated. The response's metadata (its id and
+    model) waits for its first content, so an overloaded provider's error
+    event right after ``message_start`` is retried too. The wait is the server's
     ``retry-after-ms`` / ``Retry-After`` (seconds or an HTTP date) when given,
     else exponential backoff; a server asking for more than
     ``max_retry_after`` seconds (``inf`` included) is not retried.

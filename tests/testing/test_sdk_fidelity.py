@@ -19,7 +19,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import anthropic
-import httpx
 import httpx2
 import openai
 import pydantic
@@ -55,7 +54,7 @@ class _Capture:
     """What the SDK put on the wire (httpx request hook)."""
 
     def __init__(self) -> None:
-        self.requests: list[Any] = []  # httpx.Request / httpx2.Request
+        self.requests: list[Any] = []  # httpx2.Request
 
     def __call__(self, request: Any) -> None:
         request.read()
@@ -70,7 +69,7 @@ def sent() -> _Capture:
 @pytest.fixture
 def oai(server: LLMServer, sent: _Capture) -> Iterator[openai.OpenAI]:
     """An official OpenAI client on the local server (no retries)."""
-    http = httpx.Client(event_hooks={"request": [sent]})
+    http = httpx2.Client(event_hooks={"request": [sent]})  # (the SDKs' HTTP library)
     with openai.OpenAI(
         base_url=server.url + "/v1", api_key="sk-test-key", max_retries=0, http_client=http
     ) as client:
@@ -80,7 +79,7 @@ def oai(server: LLMServer, sent: _Capture) -> Iterator[openai.OpenAI]:
 @pytest.fixture
 def ant(server: LLMServer, sent: _Capture) -> Iterator[anthropic.Anthropic]:
     """An official Anthropic client on the local server (no retries)."""
-    http = httpx2.Client(event_hooks={"request": [sent]})  # this anthropic SDK uses httpx2
+    http = httpx2.Client(event_hooks={"request": [sent]})
     with anthropic.Anthropic(
         base_url=server.url, api_key="sk-ant-test-key", max_retries=0, http_client=http
     ) as client:
