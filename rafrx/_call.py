@@ -18,12 +18,22 @@ Example:
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import contextvars
 import functools
 import inspect
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Final
 
-__all__ = ["call_function", "call_on", "is_async"]
+__all__ = ["SYNC_THREADS", "call_function", "call_on", "is_async"]
+
+SYNC_THREADS: Final = concurrent.futures.ThreadPoolExecutor(
+    max_workers=256, thread_name_prefix="rafrx-sync"
+)
+"""The threads sync functions run on: not asyncio's default pool (a few threads, shared
+with everything else on the loop), so that as many sync tools run at once as the
+caller's concurrency allows, and a tool's timeout counts its run, not a wait for a
+thread that timed-out tools still hold. Threads start as they are needed."""
 
 
 def is_async(fn: Callable[..., Any]) -> bool:
@@ -46,8 +56,9 @@ async def call_function(
     """Call ``fn(*args, **kwargs)`` (in a worker thread if sync) and return its awaited value."""
     if is_async(fn):
         result = fn(*args, **kwargs)
-    else:
-        result = await asyncio.to_thread(functools.partial(fn, *args, **kwargs))
+    else:  # as asyncio.to_thread, on threads of its own (see SYNC_THREADS)
+        call = functools.partial(contextvars.copy_context().run, fn, *args, **kwargs)
+        result = await asyncio.get_running_loop().run_in_executor(SYNC_THREADS, call)
     if inspect.isawaitable(result):
         result = await result
     return result

@@ -341,7 +341,8 @@ class _Turn:
             if not done.done():
                 done.set_result(None)
 
-        source = agent.client.stream(tuple(messages), agent.tools or None)
+        tools = tuple(as_tool(t) for t in agent.tools)  # (assigned ones may be plain functions)
+        source = agent.client.stream(tuple(messages), tools or None)
         results = source.pipe(convert(eager=agent.eager_tools), agent._executor())
         subscription = results.subscribe(on_next, on_error, on_completed)
         self.current = subscription

@@ -53,7 +53,7 @@ import asyncio
 import functools
 import inspect
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final, final, overload
 
 import attrs
@@ -149,10 +149,18 @@ class Tool:
     _binder: Binder | None = attrs.field(
         default=None, kw_only=True, alias="binder", repr=False, eq=False, hash=False
     )
+    _method: bool = attrs.field(default=False, kw_only=True, alias="method", repr=False)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Call the function directly, as if it were not decorated."""
         return self.fn(*args, **kwargs)
+
+    def __get__(self, instance: Any, owner: type | None = None) -> Tool:
+        """A ``@tool`` method read from an instance: the tool of the bound method
+        (``self`` never is a parameter the model sees)."""
+        if not self._method or instance is None:
+            return self
+        return attrs.evolve(self, fn=functools.partial(self.fn, instance), method=False)
 
     # ------------------------------------------------------------ definitions
 
@@ -240,7 +248,7 @@ class Tool:
         args, kwargs = self._bind(arguments)
         # Its own task, so that the deadline holds even for a function that ignores
         # its cancellation: after CANCEL_GRACE it is left to finish on its own, unheeded.
-        running = asyncio.ensure_future(call_function(self.fn, args, kwargs))
+        running = asyncio.ensure_future(self._call(args, kwargs))
         try:
             finished, _ = await asyncio.wait((running,), timeout=self.timeout)
         except asyncio.CancelledError:
@@ -261,6 +269,12 @@ class Tool:
         except (Exception, asyncio.CancelledError) as exc:  # CancelledError: raised, not ours
             raise self._raised(exc) from exc
 
+    async def _call(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
+        try:
+            return await call_function(self.fn, args, kwargs)
+        except SystemExit as exc:  # argparse, sys.exit: an error result, not the loop's end
+            raise self._raised(exc) from None
+
     def _raised(self, exc: BaseException) -> ToolExecutionError:
         text = error_text(exc)
         detail = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
@@ -271,6 +285,15 @@ def _drop_outcome(task: asyncio.Future[Any]) -> None:
     """Retrieve a timed-out call's late outcome, so that asyncio does not log it as lost."""
     if not task.cancelled():
         task.exception()
+
+
+def _is_method(fn: Callable[..., Any]) -> bool:
+    """Whether ``fn`` is a function defined in a class body taking ``self`` first."""
+    if not inspect.isfunction(fn):
+        return False
+    owner, _, _ = fn.__qualname__.rpartition(".")
+    first = next(iter(inspect.signature(fn).parameters), None)
+    return first == "self" and bool(owner) and not owner.endswith("<locals>")
 
 
 def _make_tool(
@@ -287,7 +310,9 @@ def _make_tool(
     if doc is None and not (inspect.isroutine(described) or isinstance(described, type)):
         doc = inspect.getdoc(type(described).__call__)  # a callable object's method
     summary, docs = parse_docstring(doc)
-    schema, binder = function_schema(fn, docs)
+    method = _is_method(fn)
+    # A method's ``self`` is bound when the tool is read from an instance (Tool.__get__).
+    schema, binder = function_schema(functools.partial(fn, None) if method else fn, docs)
     return Tool(
         name or str(getattr(described, "__name__", type(described).__name__)),
         summary if description is None else description,
@@ -296,6 +321,7 @@ def _make_tool(
         requires_approval,
         timeout,
         binder=binder,
+        method=method,
     )
 
 
@@ -362,6 +388,19 @@ def tool(
         >>> web = tool(functools.partial(search, api_key="sk-..."))
         >>> web.name, web.description, list(web.parameters["properties"])
         ('search', 'Search the web.', ['query'])
+
+        A method is a tool of its instance (``self`` is no parameter):
+
+        >>> class Counter:
+        ...     total = 0
+        ...     @tool
+        ...     def add(self, n: int) -> int:
+        ...         '''Add n.'''
+        ...         self.total += n
+        ...         return self.total
+        >>> counter = Counter()
+        >>> list(counter.add.parameters["properties"]), asyncio.run(counter.add.invoke({"n": 2}))
+        (['n'], 2)
     """
     if fn is not None:
         return _make_tool(fn, name, description, requires_approval, timeout)
