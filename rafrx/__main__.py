@@ -250,7 +250,7 @@ def _print_json(result: AgentResponseResult) -> None:
         data = encode_value(item)
         data.pop("meta", None)  # the same for every item of a call; the events carry it
         line = {"type": data.pop("$type"), **data}
-        print(json.dumps(line), flush=False)  # ASCII: lossless whatever stdout's encoding
+        print(json.dumps(line, allow_nan=False), flush=False)  # ASCII: lossless on any stdout
 
 
 async def _replay(args: argparse.Namespace) -> int:

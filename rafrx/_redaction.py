@@ -121,6 +121,22 @@ def redact_with(text: str, secrets: tuple[str, ...]) -> str:
     return _piece(text, 0, len(text), _merged(spans)) if spans else text
 
 
+def redact_cut_short(text: str, secrets: tuple[str, ...]) -> str:
+    """:func:`redact_with` for a text cut short (a tool call's arguments when the stream
+    stopped): a secret it ends inside of, by 4 characters or more, is hidden too, as
+    :class:`StreamRedactor` hides one a stream ends in.
+
+    Example:
+        >>> redact_cut_short('{"key": "hunter2-hun', ("hunter2-hunter2",))
+        '{"key": "[REDACTED]'
+    """
+    spans = _spans(text, secrets)
+    at = _prefix_at(text, secrets, 0, least=_LEAST_PREFIX)
+    if at < len(text):
+        spans.append((at, len(text)))
+    return _piece(text, 0, len(text), _merged(spans)) if spans else text
+
+
 def mask_bytes(data: bytes, secrets: Iterable[str]) -> bytes:
     """Redact ``data`` keeping its length (``*`` per byte), so chunk offsets stay valid."""
     text = data.decode("latin-1")  # one char per byte: lengths are preserved

@@ -37,6 +37,7 @@ import asyncio
 import builtins
 import datetime
 import json
+import math
 import os
 import threading
 import time
@@ -61,6 +62,7 @@ from rafrx._redaction import (
     env_secrets,
     mask_bytes,
     redact,
+    redact_cut_short,
     redact_headers,
     redact_with,
 )
@@ -111,7 +113,7 @@ _NESTED: Final[dict[str, type]] = {
 }
 
 
-_TAGS: Final = frozenset({"$type", "$dict", "$repr"})
+_TAGS: Final = frozenset({"$type", "$dict", "$repr", "$float"})
 """Keys :func:`_decode` reads as tags: a mapping holding one is wrapped in ``$dict``."""
 
 
@@ -120,11 +122,19 @@ def _encode(value: Any, secrets: tuple[str, ...]) -> Any:
         return value.value
     if value is None or isinstance(value, bool):
         return value
+    if isinstance(value, float) and not math.isfinite(value):  # no JSON form: tagged
+        return {"$float": repr(value)}  # 'inf', '-inf', 'nan'
     if isinstance(value, int | float):  # a PIN given as a number
         return value if redact_with(repr(value), secrets) == repr(value) else REDACTED
     if isinstance(value, str):
         return str(value) if type(value) is Settled else redact_with(value, secrets)
     if attrs.has(type(value)) and _NESTED.get(type(value).__name__) is type(value):
+        if type(value) is content.ToolCallIncompleteContent:  # its text stops mid-way
+            value = attrs.evolve(
+                value,
+                raw_arguments=redact_cut_short(value.raw_arguments, secrets),
+                partial_value=_cut_strings(value.partial_value, secrets),
+            )
         return {"$type": type(value).__name__, **_fields(value, secrets)}
     if isinstance(value, list | tuple):
         return [_encode(v, secrets) for v in value]
@@ -132,6 +142,17 @@ def _encode(value: Any, secrets: tuple[str, ...]) -> Any:
         encoded = {redact_with(str(k), secrets): _encode(v, secrets) for k, v in value.items()}
         return {"$dict": encoded} if encoded.keys() & _TAGS else encoded
     return {"$repr": redact_with(repr(value), secrets)}
+
+
+def _cut_strings(value: Any, secrets: tuple[str, ...]) -> Any:
+    """``value`` with :func:`redact_cut_short` applied to every string in it."""
+    if isinstance(value, str):
+        return redact_cut_short(value, secrets)
+    if isinstance(value, list):
+        return [_cut_strings(v, secrets) for v in value]
+    if isinstance(value, dict):
+        return {k: _cut_strings(v, secrets) for k, v in value.items()}
+    return value
 
 
 def _fields(value: Any, secrets: tuple[str, ...]) -> dict[str, Any]:
@@ -158,6 +179,8 @@ def _decode(value: Any) -> Any:
         return {k: _decode(v) for k, v in value["$dict"].items()}
     if "$repr" in value:
         return value["$repr"]
+    if "$float" in value:
+        return float(value["$float"])
     if "$type" in value:
         fields = {k: _decode(v) for k, v in value.items() if k != "$type"}
         return _build(_NESTED[value["$type"]], fields)
@@ -367,12 +390,12 @@ def _now() -> str:
 
 
 def _write(file: Any, line: Mapping[str, Any]) -> None:
-    text = json.dumps(line, ensure_ascii=False, separators=(",", ":"))
+    text = json.dumps(line, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
     if not text.isascii():
         try:
             text.encode("utf-8")
         except UnicodeEncodeError:  # a lone surrogate (half an emoji split across deltas)
-            text = json.dumps(line, separators=(",", ":"))  # as a \ud83d escape: still JSON
+            text = json.dumps(line, separators=(",", ":"), allow_nan=False)  # a \ud83d escape
     file.write(text + "\n")
     file.flush()
 

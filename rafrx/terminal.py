@@ -38,7 +38,7 @@ import attrs
 from rafrx import content as c
 from rafrx.errors import error_text
 from rafrx.events import FinishEvent, ResponseStartedEvent, ToolApprovalRequestEvent
-from rafrx.notebook._format import LONG_ARG_BYTES, human_size, usage_line
+from rafrx.notebook._format import LONG_ARG_BYTES, human_size, json_preview, usage_line
 from rafrx.response import AgentResponse, AgentResponseResult
 
 __all__ = ["TerminalRenderer", "supports_color"]
@@ -94,8 +94,14 @@ def supports_color(stream: TextIO) -> bool:
     return bool(isatty and isatty())
 
 
-def _short(value: Any, limit: int = _PREVIEW) -> str:
-    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=repr)
+def _short(value: Any, limit: int = _PREVIEW, *, as_json: bool = False) -> str:
+    """``value`` on one line (a ``str`` as it is unless ``as_json``, anything else as
+    JSON), cut to ``limit`` characters: the work is bounded by what is shown."""
+    if isinstance(value, str):
+        value = value[: limit + 1]
+        text = json.dumps(value, ensure_ascii=False) if as_json else value
+    else:
+        text = json_preview(value, limit=limit + 1, indent=None)
     text = text.replace("\n", "\\n")
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
@@ -260,5 +266,4 @@ class TerminalRenderer:
                 f"{self.style.arg}{name}: {human_size(received)} received · {_short(first, 60)}"
             )
         else:
-            text = json.dumps(value, ensure_ascii=False, default=repr)
-            self._line(f"{self.style.arg}{name} = {_short(text)}")
+            self._line(f"{self.style.arg}{name} = {_short(value, as_json=True)}")
