@@ -170,12 +170,20 @@ class OpenAIResponsesDialect:
         name = as_str(item.get("name"))
         if call_id is None or name is None:
             raise malformed(event, "a function_call item needs a 'call_id' and a 'name'")
-        if item_id is None:
-            item_id = call_id
-        if item_id in self._calls:
-            return []
-        self._calls[item_id] = _Call(call_id)
+        if self._key(item_id, call_id) is not None:
+            return []  # known: by its item id, or (an item first sent without one) its call id
+        self._calls[item_id or call_id] = _Call(call_id)
         return [ToolCallStart(call_id, name)]
+
+    def _key(self, item_id: str | None, call_id: str | None) -> str | None:
+        """The key of a call already started: its item id, else the one with ``call_id``."""
+        if item_id is not None and item_id in self._calls:
+            return item_id
+        if call_id is not None:
+            for key, call in self._calls.items():
+                if call.call_id == call_id:
+                    return key
+        return None
 
     def _end_call(self, item_id: str | None, arguments: Any) -> list[AgentResponseUpdate]:
         call = None if item_id is None else self._calls.get(item_id)
@@ -216,7 +224,8 @@ class OpenAIResponsesDialect:
         item_id = as_str(item.get("id"))
         if kind == "function_call":
             out = self._start_call(event, item)  # no-op when output_item.added came
-            out += self._end_call(item_id or as_str(item.get("call_id")), item.get("arguments"))
+            key = self._key(item_id, as_str(item.get("call_id")))
+            out += self._end_call(key, item.get("arguments"))
             return out
         if kind == "reasoning" and item_id is not None:
             return [ReasoningDelta("", provider_data=item)]
@@ -259,12 +268,15 @@ class OpenAIResponsesDialect:
     def _completed(self, event: ServerSentEvent, data: dict[str, Any]) -> list[AgentResponseUpdate]:
         body = get_object(event, data, "response") or {}
         self._done = True
-        called = bool(self._calls) or any(
-            isinstance(item, dict) and item.get("type") == "function_call"
-            for item in get_list(event, body, "output")
-        )
-        reason = FinishReason.TOOL_CALLS if called else FinishReason.STOP
-        return [Finish(reason, self._usage(event, body))]
+        out: list[AgentResponseUpdate] = []
+        for item in get_list(event, body, "output"):
+            if isinstance(item, dict) and item.get("type") == "function_call":
+                # A call no output_item event brought (a minimal compatible server): it
+                # is in the final output only, and is delivered from there.
+                out += self._item_done(event, {"item": item})
+        reason = FinishReason.TOOL_CALLS if self._calls else FinishReason.STOP
+        out.append(Finish(reason, self._usage(event, body)))
+        return out
 
     def _incomplete(
         self, event: ServerSentEvent, data: dict[str, Any]
