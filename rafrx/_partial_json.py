@@ -20,10 +20,13 @@ _TOKEN: Final = re.compile(
     r'[ \t\n\r]*+(?:(")|([\[{])|([\]}])|(,)|(:)'
     r"|(-?(?:0|[1-9][0-9]*+)(?:\.[0-9]++)?(?:[eE][+-]?[0-9]++)?|true|false|null|NaN|-?Infinity))"
 )
-_STRING_BODY: Final = re.compile(r'(?:[^"\\]++|\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4}))*+')
+_STRING_BODY: Final = re.compile(  # (a raw control character is no string content)
+    r'(?:[^"\\\x00-\x1f]++|\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4}))*+'
+)
 _CUT_ESCAPE: Final = re.compile(r"\\(?:u[0-9a-fA-F]{0,3})?")
 _CUT_TOKEN: Final = re.compile(  # the start of a number or literal, cut short
-    r"[ \t\n\r]*+(?:-?(?:(?:0|[1-9][0-9]*+)(?:\.[0-9]*+)?(?:[eE][+-]?[0-9]*+)?)?"
+    r"[ \t\n\r]*+(?:-?(?:(?:0|[1-9][0-9]*+)"
+    r"(?:\.(?:[0-9]++(?:[eE][+-]?[0-9]*+)?)?|[eE][+-]?[0-9]*+)?)?"
     r"|t(?:ru?)?|f(?:a(?:ls?)?)?|n(?:ul?)?|N(?:a)?|-?I(?:n(?:f(?:i(?:n(?:i(?:t)?)?)?)?)?)?)"
 )
 _HIGH_SURROGATE: Final = re.compile(r"\\u[dD][89abAB][0-9a-fA-F]{2}\Z")
@@ -61,8 +64,9 @@ def partial_json(text: str, *, trailing_strings: bool = True) -> Any:
     while i < end:
         match = _TOKEN.match(text, i)
         if match is None:
-            if _CUT_TOKEN.fullmatch(text, i):
-                break  # a number or literal cut short: it is left out
+            rest = not text[i:].strip(" \t\n\r")
+            if rest or (expect in (_VALUE, _FIRST_VALUE) and _CUT_TOKEN.fullmatch(text, i)):
+                break  # a number or literal cut short (where a value goes): it is left out
             raise ValueError(f"not JSON at offset {i}")
         quote, opener, closer, comma, colon, scalar = match.groups()
         i = match.end()
@@ -138,4 +142,7 @@ def _escapes(text: str, at: int) -> bool:
 
 
 def _decode(prefix: str, stack: list[str]) -> Any:
-    return json.loads(prefix + "".join(_CLOSER[opener] for opener in reversed(stack)))
+    try:
+        return json.loads(prefix + "".join(_CLOSER[opener] for opener in reversed(stack)))
+    except RecursionError:
+        raise ValueError("nested too deeply") from None

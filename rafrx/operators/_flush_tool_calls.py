@@ -103,7 +103,7 @@ class KeptCall:
             raw = self.raw()
         try:
             preview = partial_json(raw)
-        except (ValueError, RecursionError):
+        except ValueError:  # (nothing to show yet, or not the start of JSON)
             preview = None
         if self.cut:
             return ToolCallIncompleteContent(
