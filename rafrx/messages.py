@@ -19,8 +19,9 @@ from __future__ import annotations
 import enum
 import json
 import math
+import re
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, final
+from typing import Any, Final, final
 
 import attrs
 
@@ -241,7 +242,7 @@ class ChatMessage:
             _ROLE_ALIASES.get(role) or MessageRole(role),
             _text_of(data.get("content")),
             name=data.get("name"),
-            tool_calls=None if calls is None else [_call_from_openai(c) for c in calls],
+            tool_calls=[_call_from_openai(c) for c in calls] if calls else None,
             tool_call_id=data.get("tool_call_id"),
             reasoning=data.get("reasoning_content"),
         )
@@ -280,22 +281,33 @@ def with_call_ids(messages: Iterable[ChatMessage]) -> list[ChatMessage]:
         >>> messages[0].tool_calls[0].id, messages[1].tool_call_id
         ('function_call_0', 'function_call_0')
     """
+    messages = list(messages)
+    taken = {c.id for m in messages for c in m.tool_calls or () if c.id}
+
+    def fresh(base: str) -> str:  # never an id another call already has
+        call_id, n = base, 1
+        while call_id in taken:
+            call_id, n = f"{base}_{n}", n + 1
+        taken.add(call_id)
+        return call_id
+
     out: list[ChatMessage] = []
-    unanswered: dict[str, list[str]] = {}
+    unanswered: list[ToolCall] = []  # calls given an id here, not answered yet, in order
     for position, msg in enumerate(messages):
         if msg.tool_calls and any(not call.id for call in msg.tool_calls):
-            calls, given = [], 0
+            calls = []
             for call in msg.tool_calls:
                 if not call.id:
-                    suffix = f"_{given}" if given else ""
-                    call = attrs.evolve(call, id=f"function_call_{position}{suffix}")
-                    unanswered.setdefault(call.name, []).append(call.id)
-                    given += 1
+                    call = attrs.evolve(call, id=fresh(f"function_call_{position}"))
+                    unanswered.append(call)
                 calls.append(call)
             msg = attrs.evolve(msg, tool_calls=calls)
-        elif msg.role is MessageRole.TOOL and msg.tool_call_id is None:
-            waiting = unanswered.get(msg.name or "")
-            call_id = waiting.pop(0) if waiting else f"function_call_{position}"
+        elif msg.role is MessageRole.TOOL and not msg.tool_call_id:  # None or ""
+            # the earliest call of its name (a result without a name: the earliest call)
+            match = next((c for c in unanswered if msg.name in (None, c.name)), None)
+            if match is not None:
+                unanswered.remove(match)
+            call_id = fresh(f"function_call_{position}") if match is None else match.id
             msg = attrs.evolve(msg, tool_call_id=call_id)
         out.append(msg)
     return out
@@ -388,11 +400,13 @@ def to_anthropic(messages: Iterable[ChatMessage]) -> tuple[str | None, list[dict
         if msg.role is MessageRole.TOOL:
             block: dict[str, Any] = {
                 "type": "tool_result",
-                "tool_use_id": msg.tool_call_id,
+                "tool_use_id": _anthropic_id(msg.tool_call_id or ""),
                 "content": msg.content,
             }
             if msg.is_error:
                 block["is_error"] = True
+                if not msg.content.strip():  # refused: "content cannot be empty if is_error"
+                    block["content"] = "Error"
             if out and out[-1]["role"] == "user" and _all_tool_results(out[-1]["content"]):
                 out[-1]["content"].append(block)
             else:
@@ -408,11 +422,27 @@ def to_anthropic(messages: Iterable[ChatMessage]) -> tuple[str | None, list[dict
             # of strict JSON (a NaN or infinity goes as null, as in ToolCall.arguments_json).
             arguments = _finite(call.arguments) if isinstance(call.arguments, Mapping) else {}
             blocks.append(
-                {"type": "tool_use", "id": call.id, "name": call.name, "input": arguments}
+                {
+                    "type": "tool_use",
+                    "id": _anthropic_id(call.id),
+                    "name": call.name,
+                    "input": arguments,
+                }
             )
         if blocks:  # else nothing Anthropic can take: an empty content list is refused
             out.append({"role": msg.role.value, "content": blocks})
-    return ("\n\n".join(system) if system else None), out
+    text = "\n\n".join(s for s in system if s.strip())  # blank system text is refused
+    return (text or None), out
+
+
+_NOT_ANTHROPIC_ID: Final = re.compile(r"[^a-zA-Z0-9_-]")
+
+
+def _anthropic_id(call_id: str) -> str:
+    """A call id as Anthropic takes it (``^[a-zA-Z0-9_-]+$``): another provider's
+    (``functions.lookup:0``) with each other character as ``_``, the same way in a
+    ``tool_use`` and in its ``tool_result``."""
+    return _NOT_ANTHROPIC_ID.sub("_", call_id) or "_"
 
 
 def _all_tool_results(blocks: list[dict[str, Any]]) -> bool:

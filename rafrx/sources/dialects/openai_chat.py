@@ -175,7 +175,7 @@ class OpenAIChatDialect:
         if error is not None:
             raise provider_error(event, error if isinstance(error, dict) else {"message": error})
         out: list[AgentResponseUpdate] = []
-        if not self._meta_sent and (chunk.get("object") or _CHUNK) == _CHUNK:  # null: absent
+        if not self._meta_sent and chunk.get("object") in (None, _CHUNK):  # null: absent
             response_id = as_str(chunk.get("id"))
             model = as_str(chunk.get("model"))
             if response_id is not None or model is not None:
