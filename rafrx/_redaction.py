@@ -131,7 +131,7 @@ def redact_cut_short(text: str, secrets: tuple[str, ...]) -> str:
         '{"key": "[REDACTED]'
     """
     spans = _spans(text, secrets)
-    at = _prefix_at(text, secrets, 0, least=_LEAST_PREFIX)
+    at = secret_prefix_at(text, secrets, 0, least=_LEAST_PREFIX)
     if at < len(text):
         spans.append((at, len(text)))
     return _piece(text, 0, len(text), _merged(spans)) if spans else text
@@ -179,7 +179,7 @@ _OPEN_PATTERNS: Final = (
 _STAND_INS: Final = ("sk-" + "x" * 16, "AIza" + "x" * 30, "bearer xxxxxxxx", "?key=x")
 
 
-def _prefix_at(text: str, secrets: Iterable[str], begin: int = 0, least: int = 1) -> int:
+def secret_prefix_at(text: str, secrets: Iterable[str], begin: int = 0, least: int = 1) -> int:
     """Where the longest tail of ``text`` that is a proper prefix of a secret starts.
 
     Only tails from ``begin`` on and of at least ``least`` characters count;
@@ -201,7 +201,7 @@ def _open_at(text: str, secrets: Iterable[str], begin: int = 0, keys: Iterable[i
     ``len(text)`` when no suffix from ``begin`` on could begin a secret. A
     tail starting at one of ``keys`` (a complete key, growing) does not count.
     """
-    at = _prefix_at(text, secrets, begin)
+    at = secret_prefix_at(text, secrets, begin)
     for pattern in _OPEN_PATTERNS:
         match = pattern.search(text, begin)
         while match is not None and match.start() in keys:  # a later start may still be open
@@ -374,7 +374,7 @@ class DeltaRedactor:
             again = _found(text, self._secrets, 0)
             found += [f for f in again if f[0] in pending.resume and f[0] < base]
         if final:  # the text ends inside a secret (the stream stopped there): hide that much
-            cut_short = _prefix_at(text, self._secrets, base, least=_LEAST_PREFIX)
+            cut_short = secret_prefix_at(text, self._secrets, base, least=_LEAST_PREFIX)
             found.append((cut_short, cut_short, len(text), -1))
         spans = _merged((s - base, e - base) for _, s, e, _ in found if e > s)
         # A complete key at the end may still grow, but the pieces it covers already

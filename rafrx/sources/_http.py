@@ -47,6 +47,7 @@ from reactivex import Observable, abc
 from reactivex.disposable import Disposable
 from yarl import URL
 
+from rafrx._redaction import secret_prefix_at
 from rafrx.errors import (
     ConnectTimeout,
     ContentTypeError,
@@ -235,12 +236,8 @@ def redact_cut(text: str, secrets: Sequence[str]) -> str:
     marker = _CLIPPED.search(text)
     head, tail = (text[: marker.start()], marker.group()) if marker else (text, "")
     head = redact(head, secrets)
-    for secret in secrets:
-        for size in range(min(len(secret) - 1, len(head)), _HARMLESS_PREFIX, -1):
-            if head.endswith(secret[:size]):
-                head = head[:-size] + "***"
-                break
-    return head + tail
+    at = secret_prefix_at(head, secrets, least=_HARMLESS_PREFIX + 1)
+    return (head if at == len(head) else head[:at] + "***") + tail
 
 
 def redact_error(error: RafrxError, secrets: Sequence[str]) -> RafrxError:
