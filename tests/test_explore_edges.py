@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import io
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -33,23 +32,10 @@ from rafrx.recorder import load, record, replay
 from rafrx.response import AgentResponse, AgentResponseResult, FinishReason, Usage
 from rafrx.terminal import TerminalRenderer
 from rafrx.testing import Fault, LLMServer, Reply, ToolCallSpec
+from tests.test_cli import run as run_cli
 
 ROOT = Path(__file__).resolve().parent.parent
 SECRET = "supersecretvalue123456"
-
-
-def run_cli(*args: str, stdin: str = "", env: dict[str, str] | None = None) -> Any:
-    return subprocess.run(
-        [sys.executable, "-m", "rafrx", *args],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        encoding="utf-8",
-        timeout=60,
-        cwd=ROOT,
-        env={**os.environ, "PYTHONIOENCODING": "utf-8", **(env or {})},
-        check=False,
-    )
 
 
 def strict_json(line: str) -> Any:

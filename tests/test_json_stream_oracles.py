@@ -22,13 +22,13 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from rafrx import json_stream
 from rafrx import operators as ops
 from rafrx import updates as u
 from rafrx.content import ToolCallArgsParsedContent, ToolCallArgsProgressContent
 from rafrx.json_stream import ArgEvent, ArgMember, ArgProgress, StreamingArgsParser, partial_json
 from tests.operators import contents, run
 from tests.test_json_stream import same
+from tests.test_json_stream_adversarial import counted_work
 
 ORACLE = settings(
     max_examples=60,
@@ -427,32 +427,7 @@ def test_partial_json_rejects_a_prefix_exactly_when_the_parser_finds_it_invalid(
 
 def _count_work(text: str, step: int, use_grow: bool) -> tuple[int, int]:
     """(characters handed to json.loads / scanstring / the content regex, _scanned)."""
-    total = [0]
-    real_loads, real_scan, real_content = (
-        json_stream.json.loads,
-        json_stream._scanstring,
-        json_stream._CONTENT,
-    )
-
-    def loads(s: Any, *args: Any, **kwargs: Any) -> Any:
-        total[0] += len(s)
-        return real_loads(s, *args, **kwargs)
-
-    def scan(s: str, end: int) -> tuple[str, int]:
-        result = real_scan(s, end)
-        total[0] += result[1] - end
-        return result
-
-    def content(s: str, pos: int) -> Any:
-        match = real_content(s, pos)
-        total[0] += match.end() - pos + 1
-        return match
-
-    mp = pytest.MonkeyPatch()
-    mp.setattr(json_stream.json, "loads", loads)
-    mp.setattr(json_stream, "_scanstring", scan)
-    mp.setattr(json_stream, "_CONTENT", content)
-    try:
+    with counted_work() as total:
         parser: StreamingArgsParser[ArgEvent] = StreamingArgsParser()
         for i in range(0, len(text), step):
             frag = text[i : i + step]
@@ -460,8 +435,6 @@ def _count_work(text: str, step: int, use_grow: bool) -> tuple[int, int]:
                 continue
             parser.feed(frag)
         parser.close()
-    finally:
-        mp.undo()
     return total[0], parser._scanned
 
 
