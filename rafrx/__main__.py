@@ -244,10 +244,15 @@ async def _demo(args: argparse.Namespace) -> int:
 
 
 def _print_json(result: AgentResponseResult) -> None:
+    import attrs
+
     from rafrx.recorder import encode_value
 
     for item in (*result.events, *result.contents):
         data = encode_value(item)
+        for field in attrs.fields(type(item)):  # every key, defaults too: stable rows for jq
+            if field.name not in data:
+                data[field.name] = encode_value(getattr(item, field.name))
         data.pop("meta", None)  # the same for every item of a call; the events carry it
         line = {"type": data.pop("$type"), **data}
         print(json.dumps(line, allow_nan=False), flush=False)  # ASCII: lossless on any stdout

@@ -39,7 +39,7 @@ from rafrx import content as c
 from rafrx.errors import error_text
 from rafrx.events import FinishEvent, ResponseStartedEvent, ToolApprovalRequestEvent
 from rafrx.notebook._format import LONG_ARG_BYTES, human_size, json_preview, usage_line
-from rafrx.response import AgentResponse, AgentResponseResult
+from rafrx.response import AgentResponse, AgentResponseResult, Usage
 
 __all__ = ["TerminalRenderer", "supports_color"]
 
@@ -128,6 +128,7 @@ class TerminalRenderer:
         self._progress: dict[tuple[str, str], int] = {}
         self._last_progress = 0.0
         self._steps = 0
+        self._step_usages: list[Usage] = []  # shown by each LLM call's finish line
         self._errors: list[str] = []  # ErrorContent, shown by error() or response()
 
     # ------------------------------------------------------------ output helpers
@@ -173,8 +174,8 @@ class TerminalRenderer:
             self._line(f"error: {message}", _RED, _BOLD)
         self._errors.clear()
         parts = [f"finish: {response.finish_reason}"]
-        if response.usage is not None:
-            parts.insert(0, usage_line(response.usage))
+        if response.usage is not None and self._step_usages != [response.usage]:
+            parts.insert(0, usage_line(response.usage))  # else its one finish line showed them
         if response.model:
             parts.append(f"model: {response.model}")
         self._line(" · ".join(parts), _DIM)
@@ -205,6 +206,7 @@ class TerminalRenderer:
             args = _short(event.arguments)
             self._line(f"{self.style.ask} approval asked: {event.name}({args})", _YELLOW)
         elif isinstance(event, FinishEvent) and event.usage is not None:
+            self._step_usages.append(event.usage)
             self._line(f"{usage_line(event.usage)} · {event.finish_reason}", _DIM)
 
     def _content(self, item: c.Content) -> None:

@@ -557,3 +557,47 @@ def test_renderer_shows_an_error_once() -> None:
     renderer.response(rafrx.AgentResponse(finish_reason=FinishReason.ERROR))
     assert stream.getvalue().endswith("error: in-band only\nfinish: error\n")
     assert not supports_color(stream)
+
+
+def test_replay_json_rows_carry_every_field_even_a_derived_default() -> None:
+    fixture = FIXTURES / "anthropic" / "anthropic-max-tokens-truncated-tool-json.sse"
+    result = run("replay", str(fixture), "--json")
+    assert result.returncode == 0, result.stderr
+    rows = [json.loads(line) for line in result.stdout.splitlines()]
+    (cut,) = [row for row in rows if row["type"] == "ToolCallIncompleteContent"]
+    assert cut["finish_reason"] == "length"
+    assert cut["error"] == (
+        "arguments cut short: the response hit its token limit (finish reason length)"
+    )
+    texts = [row for row in rows if row["type"] == "TextContent"]
+    assert texts
+    assert all(set(row) == {"type", "text"} for row in texts)
+
+
+@pytest.mark.parametrize("calls", [1, 2])
+def test_the_footer_shows_turn_totals_once(calls: int) -> None:
+    import io
+
+    from rafrx.events import FinishEvent, ResponseStartedEvent
+    from rafrx.response import AgentResponseResult as R
+    from rafrx.response import FinishReason, Usage
+    from rafrx.terminal import TerminalRenderer
+
+    results = [
+        R(
+            events=[
+                ResponseStartedEvent(f"r{n}", "m"),
+                FinishEvent(FinishReason.STOP, Usage(1, 2, 3)),
+            ]
+        )
+        for n in range(calls)
+    ]
+    stream = io.StringIO()
+    renderer = TerminalRenderer(stream, color=False)
+    for result in results:
+        renderer.result(result)
+    renderer.response(reactivex.from_iterable(results).pipe(aggregate()).run())
+    lines = stream.getvalue().splitlines()
+    assert lines.count("tokens: 1 in / 2 out / 3 total · stop") == calls
+    totals = "tokens: 2 in / 4 out / 6 total · "
+    assert lines[-1] == ("" if calls == 1 else totals) + "finish: stop"
