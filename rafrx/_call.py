@@ -57,11 +57,21 @@ async def call_function(
     if is_async(fn):
         result = fn(*args, **kwargs)
     else:  # as asyncio.to_thread, on threads of its own (see SYNC_THREADS)
-        call = functools.partial(contextvars.copy_context().run, fn, *args, **kwargs)
+        call = functools.partial(contextvars.copy_context().run, _no_stop, fn, args, kwargs)
         result = await asyncio.get_running_loop().run_in_executor(SYNC_THREADS, call)
     if inspect.isawaitable(result):
         result = await result
     return result
+
+
+def _no_stop(fn: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
+    """``fn(*args, **kwargs)``, with a ``StopIteration`` it raises made a ``RuntimeError``
+    (as a coroutine's is, PEP 479): an asyncio future cannot hold one, and its
+    awaiter would wait forever."""
+    try:
+        return fn(*args, **kwargs)
+    except StopIteration as exc:
+        raise RuntimeError(f"{getattr(fn, '__name__', 'function')} raised StopIteration") from exc
 
 
 def call_on(loop: asyncio.AbstractEventLoop, callback: Callable[[], object]) -> None:

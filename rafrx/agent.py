@@ -38,7 +38,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
 from reactivex import Observable, abc
@@ -50,7 +50,7 @@ from rafrx.history import ContextProvider, HistoryProvider
 from rafrx.messages import ChatMessage, MessageSource
 from rafrx.operators import convert, execute_tools
 from rafrx.operators._aggregate import ResponseAggregator, collect_agent_response
-from rafrx.operators._execute_tools import Approver
+from rafrx.operators._execute_tools import Approver, clip
 from rafrx.response import AgentResponse, AgentResponseResult
 from rafrx.tools import Tool, as_tool
 from rafrx.typing import Operator
@@ -82,6 +82,24 @@ def _as_input(value: str | ChatMessage | Sequence[ChatMessage]) -> tuple[ChatMes
         if not isinstance(message, ChatMessage):
             raise TypeError(f"an agent's input is a str or ChatMessage, not {message!r}")
     return tuple(m if m.source else m.with_source(MessageSource.EXTERNAL) for m in messages)
+
+
+def _messages_from(provider: object, method: str, value: Any) -> list[ChatMessage]:
+    """What a history or context provider returned, checked to be messages.
+
+    Raises:
+        TypeError: ``value`` is not an iterable of :class:`ChatMessage` (a
+            str, a dict, ``None`` …): the error names the provider and the value.
+    """
+    iterable = isinstance(value, Iterable) and not isinstance(value, str | bytes | Mapping)
+    messages = list(value) if iterable else [value]
+    for message in messages:
+        if not isinstance(message, ChatMessage):
+            raise TypeError(
+                f"{type(provider).__name__}.{method} gave {clip(repr(message), 200)}, "
+                "not a ChatMessage"
+            )
+    return messages
 
 
 class Agent:
@@ -235,6 +253,14 @@ def _log_failed_save(saving: asyncio.Future[None]) -> None:
         logger.error("saving a stopped turn's history failed", exc_info=saving.exception())
 
 
+def _aborted(cause: BaseException) -> RuntimeError:
+    """The error a turn ends with when a ``BaseException`` that is not an
+    ``Exception`` (nor an exit or a cancellation) is raised in it."""
+    error = RuntimeError(f"the turn was aborted by {type(cause).__name__}: {cause}")
+    error.__cause__ = cause
+    return error
+
+
 def _stop(turn: _Turn, task: asyncio.Task[None]) -> None:
     """Stop a turn at once: its current step's request and tools first (nothing more
     starts, no approver is asked), then the task (which wakes later)."""
@@ -267,10 +293,13 @@ class _Turn:
     async def run(self) -> None:
         try:
             await self.loop()
-        except Exception as exc:
-            if isinstance(exc, RafrxError) and exc.partial is None:
-                exc.partial = self.turn.failed(exc)
-            self.terminate(self.observer.on_error, exc)
+        except (KeyboardInterrupt, SystemExit, asyncio.CancelledError):
+            raise  # the program stops, or the turn was disposed of
+        except BaseException as exc:  # any other (GreenletExit …) still ends the turn
+            error = exc if isinstance(exc, Exception) else _aborted(exc)
+            if isinstance(error, RafrxError) and error.partial is None:
+                error.partial = self.turn.failed(error)
+            self.terminate(self.observer.on_error, error)
         else:
             self.terminate(self.observer.on_completed)
 
@@ -290,11 +319,12 @@ class _Turn:
         if agent.history is not None:
             if agent._saving:  # a stopped turn's save, still running: load what it saves
                 await asyncio.wait(agent._saving)
-            loaded = await agent.history.load()
+            loaded = _messages_from(agent.history, "load()", await agent.history.load())
             history = [m.with_source(MessageSource.CHAT_HISTORY) for m in loaded]
         context: list[ChatMessage] = []
         for provider in agent.context_providers:
             given = await provider.provide((*history, *self.new_input))
+            given = _messages_from(provider, "provide()", given)
             context.extend(m.with_source(MessageSource.CONTEXT_PROVIDER) for m in given)
         head = [] if agent.instructions is None else [ChatMessage.system(agent.instructions)]
         return [*head, *context, *history, *self.new_input]

@@ -264,9 +264,9 @@ class Tool:
             )
         try:
             return running.result()
-        except ToolError:
+        except (ToolError, KeyboardInterrupt):
             raise
-        except (Exception, asyncio.CancelledError) as exc:  # CancelledError: raised, not ours
+        except BaseException as exc:  # any other: a CancelledError it raised, GreenletExit …
             raise self._raised(exc) from exc
 
     async def _call(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
@@ -276,6 +276,8 @@ class Tool:
             raise self._raised(exc) from None
 
     def _raised(self, exc: BaseException) -> ToolExecutionError:
+        if isinstance(exc, RuntimeError) and isinstance(exc.__cause__, StopIteration):
+            exc = exc.__cause__  # PEP 479's wrapping (see rafrx._call): name what it raised
         text = error_text(exc)
         detail = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
         return ToolExecutionError(f"tool {self.name!r} raised {detail}", name=self.name)

@@ -200,7 +200,7 @@ def convert(
 
         -T("Hi")--D(0,f,"{}")--F-|
         [        convert()        ]
-        -r(Text)--r(Start,Args,Parsed?)--r(End)r(Finish)--r(Calling)-|
+        -r(Text)--r(Start)r(Args,Parsed?)--r(End)r(Finish)--r(Calling)-|
     """
     from rafrx.operators._convert import Converter
     from rafrx.operators._reducer import reducer_operator
@@ -261,8 +261,11 @@ def execute_tools(
     sync callable returning a bool (or a ``ToolApprovalResponse``), or an
     observable of ``ToolApprovalResponse`` (a ``Subject`` the UI answers:
     the first answer to a request counts, and once the observable ends every
-    request still open is denied); with no approver the call is denied. The
-    event holds a copy of the arguments. Completion waits for every running
+    request still open is denied); with no approver the call is denied. Only
+    ``True``, or a response to that very call with ``approved=True``,
+    approves: anything else (``"no"``, ``1``, an answer to another call, an
+    approver that raises) denies it, saying why. The event holds a copy of
+    the arguments. Completion waits for every running
     tool; disposal cancels them.
 
     .. marble::

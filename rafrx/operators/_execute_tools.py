@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import inspect
 import logging
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, TypeAlias
@@ -12,7 +11,7 @@ from typing import Any, TypeAlias
 from reactivex import Observable, abc
 from reactivex.disposable import CompositeDisposable, Disposable, SingleAssignmentDisposable
 
-from rafrx._call import call_on
+from rafrx._call import call_function, call_on
 from rafrx.content import ToolCalledContent, ToolCallingContent
 from rafrx.errors import (
     InvalidToolArguments,
@@ -23,7 +22,7 @@ from rafrx.errors import (
 )
 from rafrx.events import ResponseStartedEvent, ToolApprovalRequestEvent
 from rafrx.response import AgentResponseResult
-from rafrx.tools import Tool, ToolApprovalResponse, _is_async, as_tool, format_result
+from rafrx.tools import Tool, ToolApprovalResponse, as_tool, format_result
 from rafrx.typing import Operator
 
 __all__ = ["Approver", "clip", "execute_tools"]
@@ -220,7 +219,9 @@ class _Runner:
             if task is None or task.cancelling():
                 raise  # this call is being cancelled (the stream was disposed or failed)
             return self.failed(call, exc)  # raised by the approver itself: still a result
-        except Exception as exc:  # format_result, or a failing approver
+        except KeyboardInterrupt:
+            raise
+        except BaseException as exc:  # format_result, or a failing approver
             return self.failed(call, exc)
         return ToolCalledContent(call.call_id, result=clip(text, self.max_chars), meta=call.meta)
 
@@ -253,20 +254,38 @@ class _Runner:
                 future = asyncio.get_running_loop().create_future()
                 self.waiting[call.call_id] = future
                 answer = await future
-        else:
-            if _is_async(approver):
-                answer = approver(request)
-            else:  # a sync approver may block (a terminal prompt): keep it off the loop
-                answer = await asyncio.to_thread(approver, request)
-            if inspect.isawaitable(answer):
-                answer = await answer
-        approved = answer.approved if isinstance(answer, ToolApprovalResponse) else bool(answer)
-        if not approved:
-            reason = answer.reason if isinstance(answer, ToolApprovalResponse) else None
+        else:  # (a sync approver may block, a terminal prompt: it runs in a worker thread)
+            answer = await call_function(approver, (request,), {})
+        _check_answer(answer, call)
+
+
+def _check_answer(answer: Any, call: ToolCallingContent) -> None:
+    """Return if ``answer`` approves ``call``, else raise :class:`ToolApprovalDenied`.
+
+    Only ``True``, or a :class:`ToolApprovalResponse` to this very call whose
+    ``approved`` is ``True``, approves: an approval gate fails closed, so a
+    ``"no"`` from a UI or an answer to another call never runs a tool.
+    """
+    if isinstance(answer, ToolApprovalResponse):
+        if answer.call_id != call.call_id:
             raise ToolApprovalDenied(
-                f"the user denied the call to tool {call.name!r}"
-                + (f": {reason}" if reason else "; it was not run")
+                f"the call to tool {call.name!r} was denied: the approver answered call "
+                f"{answer.call_id!r}, not {call.call_id!r}"
             )
+        if answer.approved is True:
+            return
+        if answer.approved is False:
+            reason = f": {answer.reason}" if answer.reason else "; it was not run"
+            raise ToolApprovalDenied(f"the user denied the call to tool {call.name!r}{reason}")
+        answer = answer.approved
+    if answer is True:
+        return
+    if answer is False or answer is None:
+        raise ToolApprovalDenied(f"the user denied the call to tool {call.name!r}; it was not run")
+    raise ToolApprovalDenied(
+        f"the call to tool {call.name!r} was denied: the approver answered "
+        f"{clip(repr(answer), 200)} ({type(answer).__name__}), not True or False"
+    )
 
 
 def execute_tools(
