@@ -20,7 +20,7 @@ import enum
 import json
 import math
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Final, final
 
 import attrs
@@ -282,15 +282,7 @@ def with_call_ids(messages: Iterable[ChatMessage]) -> list[ChatMessage]:
         ('function_call_0', 'function_call_0')
     """
     messages = list(messages)
-    taken = {c.id for m in messages for c in m.tool_calls or () if c.id}
-
-    def fresh(base: str) -> str:  # never an id another call already has
-        call_id, n = base, 1
-        while call_id in taken:
-            call_id, n = f"{base}_{n}", n + 1
-        taken.add(call_id)
-        return call_id
-
+    fresh = _fresh_ids({c.id for m in messages for c in m.tool_calls or () if c.id})
     out: list[ChatMessage] = []
     unanswered: list[ToolCall] = []  # calls given an id here, not answered yet, in order
     for position, msg in enumerate(messages):
@@ -309,6 +301,62 @@ def with_call_ids(messages: Iterable[ChatMessage]) -> list[ChatMessage]:
                 unanswered.remove(match)
             call_id = fresh(f"function_call_{position}") if match is None else match.id
             msg = attrs.evolve(msg, tool_call_id=call_id)
+        out.append(msg)
+    return out
+
+
+def _fresh_ids(taken: set[str]) -> Callable[[str], str]:
+    """A maker of ids that are not in ``taken`` (``base``, else ``base_1``, ``base_2`` …)."""
+
+    def fresh(base: str) -> str:
+        call_id, n = base, 1
+        while call_id in taken:
+            call_id, n = f"{base}_{n}", n + 1
+        taken.add(call_id)
+        return call_id
+
+    return fresh
+
+
+def _unique_call_ids(
+    messages: Iterable[ChatMessage], form: Callable[[str], str] = str
+) -> list[ChatMessage]:
+    """:func:`with_call_ids`, then each call id in ``form`` and unique in the conversation.
+
+    Anthropic and the Responses API refuse a conversation that uses one id for
+    two calls, and some providers give the same ids in every response (Kimi
+    K2's ``functions.lookup:0``), or ids that are one after ``form`` (which
+    puts an id in the characters a provider takes). Such a call gets a fresh
+    id, and its results (the tool messages that follow, until the id's next
+    call) get it too.
+
+    Example:
+        >>> step = [ChatMessage.assistant_with_tools("", [ToolCall("c:0", "now", {})]),
+        ...         ChatMessage.tool("12:00", "c:0")]
+        >>> [m.tool_call_id or m.tool_calls[0].id for m in _unique_call_ids(step * 2)]
+        ['c:0', 'c:0', 'c:0_1', 'c:0_1']
+    """
+    fresh = _fresh_ids(set())
+    waiting: dict[str, list[str]] = {}  # an id as given → its latest message's calls' ids
+    latest: dict[str, str] = {}  # an id as given → the id of its latest call
+    out: list[ChatMessage] = []
+    for msg in with_call_ids(messages):
+        if msg.tool_calls:
+            calls: list[ToolCall] = []
+            for given in {call.id for call in msg.tool_calls}:
+                waiting[given] = []
+            for call in msg.tool_calls:
+                call_id = fresh(form(call.id))
+                waiting[call.id].append(call_id)
+                latest[call.id] = call_id
+                calls.append(call if call_id == call.id else attrs.evolve(call, id=call_id))
+            msg = attrs.evolve(msg, tool_calls=calls)
+        elif msg.role is MessageRole.TOOL and msg.tool_call_id is not None:
+            given = msg.tool_call_id
+            queue = waiting.get(given)
+            call_id = queue.pop(0) if queue else latest.get(given, form(given))
+            if call_id != given:
+                msg = attrs.evolve(msg, tool_call_id=call_id)
         out.append(msg)
     return out
 
@@ -393,14 +441,14 @@ def to_anthropic(messages: Iterable[ChatMessage]) -> tuple[str | None, list[dict
     """
     system: list[str] = []
     out: list[dict[str, Any]] = []
-    for msg in with_call_ids(messages):
+    for msg in _unique_call_ids(messages, _anthropic_id):
         if msg.role is MessageRole.SYSTEM:
             system.append(msg.content)
             continue
         if msg.role is MessageRole.TOOL:
             block: dict[str, Any] = {
                 "type": "tool_result",
-                "tool_use_id": _anthropic_id(msg.tool_call_id or ""),
+                "tool_use_id": msg.tool_call_id,
                 "content": msg.content,
             }
             if msg.is_error:
@@ -424,7 +472,7 @@ def to_anthropic(messages: Iterable[ChatMessage]) -> tuple[str | None, list[dict
             blocks.append(
                 {
                     "type": "tool_use",
-                    "id": _anthropic_id(call.id),
+                    "id": call.id,
                     "name": call.name,
                     "input": arguments,
                 }

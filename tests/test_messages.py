@@ -390,9 +390,30 @@ def test_anthropic_round_trip_keeps_every_field(msgs: list[ChatMessage]) -> None
     assume(all(_is_strict_json(c.arguments) for m in msgs for c in m.tool_calls or ()))
     assume(all(m.content == "" or m.content.strip() for m in msgs))  # (whitespace: not sent)
     assume(not any(m.is_error and not m.content for m in msgs))  # sent as "Error"
+    ids = [c.id for m in msgs for c in m.tool_calls or ()]
+    assume(len(ids) == len(set(ids)))  # (a repeated id is made unique: see below)
     # (nor an empty system text: Anthropic refuses a blank system)
     sent = [m for m in msgs if m.content or m.role not in (MessageRole.USER, MessageRole.SYSTEM)]
     assert from_anthropic(system, wire) == sent
+
+
+@settings(max_examples=100, deadline=None)
+@given(anthropic_conversations())
+def test_anthropic_tool_use_ids_are_unique_and_each_result_follows_its_call(
+    msgs: list[ChatMessage],
+) -> None:
+    _, wire = to_anthropic(msgs)
+    blocks = [b for m in wire for b in m["content"]]
+    uses = [b["id"] for b in blocks if b["type"] == "tool_use"]
+    assert len(uses) == len(set(uses))
+    made: set[str] = set()  # answering a call made before it, a result answers a call made
+    for m in msgs:  # before it on the wire too
+        made.update(c.id for c in m.tool_calls or ())
+        assume(m.role is not MessageRole.TOOL or m.tool_call_id in made)
+    for position, block in enumerate(blocks):
+        if block["type"] == "tool_result":
+            earlier = [b.get("id") for b in blocks[:position] if b["type"] == "tool_use"]
+            assert block["tool_use_id"] in earlier
 
 
 def test_to_anthropic_sends_an_object_for_a_call_with_invalid_arguments() -> None:

@@ -524,3 +524,33 @@ async def test_a_failed_turn_never_puts_the_api_key_in_history_or_errors(
         assert KEY not in json.dumps(partial.to_dict(), ensure_ascii=False)
     assert all(KEY not in repr(m) for m in history.messages)
     assert KEY not in repr(client)
+
+
+@pytest.mark.parametrize(
+    "ids",
+    [
+        ("functions.lookup:0", "functions.lookup:0"),  # Kimi K2: the same ids every step
+        ("call.1", "call:1"),  # two ids that are one in Anthropic's characters
+        ("c1", "c1_1"),  # a fresh id is never one given
+    ],
+)
+def test_ids_reused_across_steps_go_unique_on_every_wire_and_pair_with_their_results(
+    ids: tuple[str, str],
+) -> None:
+    messages = [M.user("q")]
+    for step, call_id in enumerate(ids):
+        call = ToolCall(call_id, "lookup", {"step": step})
+        messages += [M.assistant_with_tools("", [call]), M.tool(f"result {step}", call_id)]
+    messages.append(M.assistant("done"))
+    problems = all_problems(messages)  # (chat sends the ids as given: its provider's own)
+    assert (problems["anthropic"], problems["openai-responses"]) == ([], [])
+    _, wire = to_anthropic(messages)
+    uses = [b["id"] for m in wire for b in m["content"] if b["type"] == "tool_use"]
+    results = [b["tool_use_id"] for m in wire for b in m["content"] if b["type"] == "tool_result"]
+    assert len(set(uses)) == 2
+    assert results == uses
+    items = to_responses_input(messages)
+    calls = [i["call_id"] for i in items if i.get("type") == "function_call"]
+    outputs = [i["call_id"] for i in items if i.get("type") == "function_call_output"]
+    assert len(set(calls)) == 2
+    assert outputs == calls

@@ -45,8 +45,8 @@ from rafrx.messages import (
     OPENAI_REASONING,
     ChatMessage,
     MessageRole,
+    _unique_call_ids,
     to_anthropic,
-    with_call_ids,
 )
 from rafrx.sources._http import (
     HTTPRequest,
@@ -143,7 +143,7 @@ def to_responses_input(messages: Iterable[ChatMessage]) -> list[dict[str, Any]]:
          {'type': 'function_call_output', 'call_id': 'c1', 'output': '12:00'}]
     """
     items: list[dict[str, Any]] = []
-    for msg in with_call_ids(messages):
+    for msg in _unique_call_ids(messages):
         if msg.role is MessageRole.TOOL:
             items.append(
                 {"type": "function_call_output", "call_id": msg.tool_call_id, "output": msg.content}
