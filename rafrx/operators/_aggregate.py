@@ -174,9 +174,7 @@ class ResponseAggregator:
             elif isinstance(content, ToolCallStartContent):
                 step.order.append(content.call_id)
             elif isinstance(content, ToolCallingContent):
-                if content.call_id not in step.order:
-                    step.order.append(content.call_id)
-                step.calls[content.call_id] = ToolCall(
+                self._step_started(content.call_id, step).calls[content.call_id] = ToolCall(
                     content.call_id,
                     content.name,
                     content.arguments,
@@ -184,9 +182,9 @@ class ResponseAggregator:
                     error=content.error,
                 )
             elif isinstance(content, ToolCallIncompleteContent):
-                if content.call_id not in step.order:
-                    step.order.append(content.call_id)
-                step.calls[content.call_id] = _cut_call(content)
+                self._step_started(content.call_id, step).calls[content.call_id] = _cut_call(
+                    content
+                )
             elif isinstance(content, ToolCalledContent):
                 self._step_of(content.call_id, step).results[content.call_id] = _tool_message(
                     content
@@ -194,6 +192,18 @@ class ResponseAggregator:
             elif isinstance(content, UsageContent):
                 step.usage = content.usage  # cumulative within a call: the last one counts
         return ()
+
+    def _step_started(self, call_id: str, current: _Step) -> _Step:
+        """The step whose LLM call started ``call_id`` and has not had it handed over
+        (with the lazy flush over several LLM calls, every call comes at the end; an id
+        an LLM call reuses goes to the earliest such step); else ``current``, which
+        then lists it."""
+        for step in self._steps:
+            if call_id in step.order and call_id not in step.calls:
+                return step
+        if call_id not in current.order:
+            current.order.append(call_id)
+        return current
 
     def _step_of(self, call_id: str, current: _Step) -> _Step:
         """The step whose LLM call made ``call_id`` (a tool's result may come after the

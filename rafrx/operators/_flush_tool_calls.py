@@ -239,7 +239,13 @@ class ToolCallFlusher:
             if pending.cut is None:  # (a call of an earlier LLM call has its own finish)
                 pending.cut = length
         deferred, self._deferred = self._deferred, []
-        return [self._eagerly(pending.calling()) for pending in deferred]
+        flushed: list[Content] = [self._eagerly(pending.calling()) for pending in deferred]
+        if self._eager:  # a call still open now never ends (its id may come back next call)
+            open_calls = [p for p in self._calls.values() if not p.ended]
+            for pending in open_calls:
+                del self._calls[pending.call_id]
+            flushed += [self._eagerly(pending.incomplete()) for pending in open_calls]
+        return flushed
 
     def _unflushed(self) -> list[Content]:
         """Every call not flushed yet, cut short by a failing stream; then none is kept.
