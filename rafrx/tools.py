@@ -251,10 +251,11 @@ class Tool:
         running = asyncio.ensure_future(self._call(args, kwargs))
         try:
             finished, _ = await asyncio.wait((running,), timeout=self.timeout)
-        except asyncio.CancelledError:
+        except asyncio.CancelledError as cancelled:
             running.cancel()
             running.add_done_callback(_drop_outcome)  # how it ends is no one's concern now
-            raise
+            del running  # the error's traceback holds this frame: no path back to a task
+            raise cancelled.with_traceback(None) from None
         if not finished:
             running.cancel()
             running.add_done_callback(_drop_outcome)

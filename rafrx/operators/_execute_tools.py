@@ -215,9 +215,12 @@ class _Runner:
                 call.call_id, error=clip(message, self.max_chars), meta=call.meta
             )
         except asyncio.CancelledError as exc:
-            task = asyncio.current_task()
-            if task is None or task.cancelling():
-                raise  # this call is being cancelled (the stream was disposed or failed)
+            if _being_cancelled():  # the stream was disposed or failed: this call ends
+                # The task keeps this error: without the frames below (which hold the
+                # runner, its turn and client) it makes no cycle through them (see
+                # rafrx.sources._http), so a client dropped then closes as it goes.
+                exc.__context__ = None
+                raise exc.with_traceback(None) from None
             return self.failed(call, exc)  # raised by the approver itself: still a result
         except KeyboardInterrupt:
             raise
@@ -257,6 +260,12 @@ class _Runner:
         else:  # (a sync approver may block, a terminal prompt: it runs in a worker thread)
             answer = await call_function(approver, (request,), {})
         _check_answer(answer, call)
+
+
+def _being_cancelled() -> bool:
+    """Whether the running task is being cancelled (not just seeing a CancelledError)."""
+    task = asyncio.current_task()
+    return task is None or task.cancelling() > 0
 
 
 def _check_answer(answer: Any, call: ToolCallingContent) -> None:

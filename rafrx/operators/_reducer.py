@@ -247,7 +247,7 @@ class SyncSource(_DirectPipe[A]):
     """
 
     def __init__(self) -> None:
-        super().__init__(self._subscribe_sync)
+        super().__init__()  # (subscribing is _subscribe_core: no bound method kept, no cycle)
 
     @abstractmethod
     def drive(
@@ -263,7 +263,7 @@ class SyncSource(_DirectPipe[A]):
         soon and call neither.
         """
 
-    def _subscribe_sync(
+    def _subscribe_core(
         self, observer: abc.ObserverBase[A], scheduler: abc.SchedulerBase | None = None
     ) -> abc.DisposableBase:
         disposed = False
@@ -288,7 +288,7 @@ class ReducedObservable(_DirectPipe[B]):
     def __init__(self, source: Observable[Any], factory: Callable[[], Reducer[Any, B]]) -> None:
         self.source = source
         self.factory = factory
-        super().__init__(self._subscribe_reducer)
+        super().__init__()  # (subscribing is _subscribe_core: no bound method kept, no cycle)
 
     def run(self, scheduler: abc.SchedulerBase | None = None) -> B:
         """The last item, as :meth:`reactivex.Observable.run` returns it.
@@ -307,7 +307,7 @@ class ReducedObservable(_DirectPipe[B]):
         self._attach(last, None, at_once=True)
         return last.value()
 
-    def _subscribe_reducer(
+    def _subscribe_core(
         self, observer: abc.ObserverBase[B], scheduler: abc.SchedulerBase | None = None
     ) -> abc.DisposableBase:
         return self._attach(observer, scheduler, at_once=False)
