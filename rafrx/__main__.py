@@ -261,7 +261,7 @@ def _print_json(result: AgentResponseResult) -> None:
 async def _replay(args: argparse.Namespace) -> int:
     from reactivex import operators as rx
 
-    from rafrx.errors import RafrxError
+    from rafrx.errors import RafrxError, error_text
     from rafrx.notebook import as_results
     from rafrx.operators._aggregate import collect_agent_response
     from rafrx.recorder import replay
@@ -291,7 +291,7 @@ async def _replay(args: argparse.Namespace) -> int:
             renderer.error(exc)
             return 1
     except RafrxError as exc:
-        print(f"rafrx replay: stream failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        _complain(f"rafrx replay: stream failed: {type(exc).__name__}: {error_text(exc)}")
         return 1
     return 0
 
@@ -305,6 +305,8 @@ async def _read_line(prompt: str) -> str | None:
     A daemon thread reads, not the loop's executor: on Ctrl-C the process
     exits at once instead of waiting for a line.
     """
+    if sys.stdin is None:  # file descriptor 0 is closed: no input, as at its end
+        return None
     if prompt and sys.stdin.isatty():
         print(prompt, end="", flush=True)
     loop = asyncio.get_running_loop()
@@ -513,6 +515,14 @@ def _stdout_closed() -> bool:
         return True
 
 
+def _complain(line: str) -> None:
+    """Print ``line`` to stderr with its control characters made inert: it may quote
+    a provider (an error message of a stream) or a file name."""
+    from rafrx.terminal import inert
+
+    print(inert(line), file=sys.stderr)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``rafrx`` command line; returns the exit status."""
     with contextlib.suppress(AttributeError, ValueError):
@@ -521,14 +531,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(asyncio.run(_COMMANDS[args.command](args)))
     except _Fail as exc:
-        print(f"rafrx {args.command}: error: {exc}", file=sys.stderr)
+        _complain(f"rafrx {args.command}: error: {exc}")
         return exc.code
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError as exc:
         if not _stdout_closed():  # another pipe: e.g. the error a recording replays
-            print(f"rafrx {args.command}: error: {type(exc).__name__}: {exc}", file=sys.stderr)
+            _complain(f"rafrx {args.command}: error: {type(exc).__name__}: {exc}")
             return 1
         devnull = os.open(os.devnull, os.O_WRONLY)  # e.g. `rafrx replay --json FILE | head`
         os.dup2(devnull, sys.stdout.fileno())
@@ -536,10 +546,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:  # the CLI promises no tracebacks
         if os.environ.get("RAFRX_DEBUG"):
             raise
-        print(
+        _complain(
             f"rafrx {args.command}: error: {type(exc).__name__}: {exc}"
-            " (set RAFRX_DEBUG=1 for the traceback)",
-            file=sys.stderr,
+            " (set RAFRX_DEBUG=1 for the traceback)"
         )
         return 1
 

@@ -18,6 +18,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
 import attrs
+from yarl import URL
 
 from rafrx import content, updates
 from rafrx.response import AgentResponseResult
@@ -43,12 +44,31 @@ _SECRET_ENV: Final = re.compile(r"(API_KEY|_TOKEN|_SECRET|PASSWORD|APIKEY)$", re
 # Where a key may begin: not right after an ASCII letter, digit or "_" (``\b``
 # would count CJK text, or a latin-1 reading of UTF-8 bytes, as word characters).
 _START: Final = r"(?<![A-Za-z0-9_])"
+# URL parameters that carry a credential (Gemini's ?key=, Azure's ?api-key= …).
+_SECRET_PARAM: Final = r"(?:(?:x-(?:goog-)?)?api[_-]?key|key|(?:access[_-])?token)"
 _PATTERNS: Final = (
     re.compile(_START + r"(?P<s>sk-[A-Za-z0-9_\-]{16,})"),
     re.compile(_START + r"(?P<s>AIza[0-9A-Za-z_\-]{30,})"),
     re.compile(r"(?i)" + _START + r"bearer\s+(?P<s>[A-Za-z0-9._~+/=\-]{8,})"),
-    re.compile(r"(?i)[?&](?:api_key|apikey|key|token|access_token)=(?P<s>[^&#\s\"']+)"),
+    re.compile(r"(?i)[?&]" + _SECRET_PARAM + r"=(?P<s>[^&#\s\"']+)"),
 )
+
+
+def url_secrets(url: str) -> tuple[str, ...]:
+    """The credentials in ``url``: its password and its secret parameters' values.
+
+    Example:
+        >>> url_secrets("https://u:pw12@host/v1?api-version=1&api-key=abcd1234")
+        ('pw12', 'abcd1234')
+    """
+    parsed = URL(url)
+    found = [parsed.password or ""]
+    found += [
+        value
+        for name, value in parsed.query.items()
+        if re.fullmatch(_SECRET_PARAM, name, re.IGNORECASE)
+    ]
+    return tuple(v for v in found if len(v) >= 4)
 
 
 @functools.lru_cache(maxsize=256)

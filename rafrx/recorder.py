@@ -51,7 +51,6 @@ import reactivex
 from reactivex import Observable, abc
 from reactivex.disposable import CompositeDisposable, Disposable, SerialDisposable
 from reactivex.scheduler.eventloop import AsyncIOScheduler
-from yarl import URL
 
 from rafrx import content, errors, events, updates
 from rafrx._redaction import (
@@ -65,6 +64,7 @@ from rafrx._redaction import (
     redact_cut_short,
     redact_headers,
     redact_with,
+    url_secrets,
 )
 from rafrx.response import AgentResponseResult, FinishReason, Usage
 
@@ -417,6 +417,8 @@ def load(path: str | os.PathLike[str]) -> Recording:
             try:
                 data = json.loads(line)
                 kind, t, fields = data["kind"], float(data["t"]), data.get("fields", {})
+                if not math.isfinite(t) or t < 0:
+                    raise ValueError(f"time {t} is not a time since the start")
                 if kind == "header":
                     continue
                 if kind == "completed":
@@ -428,6 +430,10 @@ def load(path: str | os.PathLike[str]) -> Recording:
             except (ValueError, KeyError, TypeError, AttributeError) as exc:
                 # JSON, but not what record() writes: fields of the wrong shape or names
                 raise ValueError(f"{path}:{number}: not a recorded item ({exc!r})") from None
+            except RecursionError:
+                raise ValueError(
+                    f"{path}:{number}: not a recorded item (nested too deeply)"
+                ) from None
     return Recording(entries, end, error)
 
 
@@ -584,9 +590,7 @@ async def record_http(
         for k, v in request_headers.items()
         if k.lower() in SECRET_HEADERS and len(v.split(" ", 1)[-1]) >= 4
     )
-    password = URL(url).password
-    if password:  # http://user:password@host: never written
-        secrets = (*secrets, password)
+    secrets = (*secrets, *url_secrets(url))  # a password, ?key=…: never written
     meta: dict[str, Any] = {
         "dialect": dialect,
         "request": {
@@ -636,8 +640,11 @@ def load_sse(path: str | os.PathLike[str]) -> SSERecording:
         if not isinstance(meta, dict):
             raise TypeError(f"expected an object, got {type(meta).__name__}")
         for t, size in meta.pop("chunks", []):
-            chunks.append((float(t), body[offset : offset + int(size)]))
-            offset += int(size)
+            time_, length = float(t), int(size)
+            if not math.isfinite(time_) or time_ < 0 or length < 0:
+                raise ValueError(f"chunk ({t}, {size}) is no time and size")
+            chunks.append((time_, body[offset : offset + length]))
+            offset += length
     except (TypeError, ValueError) as exc:
         raise ValueError(f"{timing}: not a timing file ({exc})") from None
     if offset < len(body):

@@ -13,6 +13,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from rafrx import content as c
+from rafrx.events import ToolApprovalRequestEvent
+from rafrx.messages import MessageRole
 from rafrx.notebook._format import clip_html, escape, json_html
 
 if TYPE_CHECKING:
@@ -35,11 +37,11 @@ def content_html(item: c.Content) -> str:
         case c.ToolCallStartContent(call_id, name):
             return f"<div>▶ tool call <b>{escape(name)}</b> <code>{escape(call_id)}</code></div>"
         case c.ToolCallArgsContent(call_id, delta):
-            return f"<code>{escape(delta)}</code>"
+            return f"<code>{clip_html(delta)}</code>"
         case c.ToolCallArgsParsedContent(call_id, name, value):
             return f"<div>✓ <b>{escape(name)}</b> = <code>{json_html(value)}</code></div>"
         case c.ToolCallArgsProgressContent(call_id, name, received, value):
-            return f"<div>… <b>{escape(name)}</b> {received} bytes</div>"
+            return f"<div>… <b>{escape(name)}</b> {_number(received)} bytes</div>"
         case c.ToolCallEndContent(call_id):
             return f"<div>■ arguments complete <code>{escape(call_id)}</code></div>"
         case c.ToolCallingContent(call_id, name, arguments, raw, error):
@@ -56,12 +58,12 @@ def content_html(item: c.Content) -> str:
             )
         case c.ToolCalledContent(call_id, result, error):
             if error is not None:
-                return f'<div style="color:#c00">✗ {escape(error)}</div>'
+                return f'<div style="color:#c00">✗ {clip_html(error)}</div>'
             return f"<div>→ <code>{clip_html(result or '')}</code></div>"
         case c.UsageContent(usage):
             return (
-                f"<div>usage: {usage.prompt_tokens} in, {usage.completion_tokens} out, "
-                f"{usage.total_tokens} total</div>"
+                f"<div>usage: {_number(usage.prompt_tokens)} in, "
+                f"{_number(usage.completion_tokens)} out, {_number(usage.total_tokens)} total</div>"
             )
         case c.ErrorContent(message):
             return f'<div style="color:#c00">error: {escape(message)}</div>'
@@ -71,8 +73,20 @@ def content_html(item: c.Content) -> str:
 def result_html(result: AgentResponseResult) -> str:
     """One result chunk as HTML."""
     parts = [content_html(item) for item in result.contents]
-    parts.extend(f"<div><i>{escape(repr(event))}</i></div>" for event in result.events)
+    parts.extend(f"<div><i>{_event_html(event)}</i></div>" for event in result.events)
     return f'<div class="rafrx-result">{"".join(parts)}</div>'
+
+
+def _event_html(event: object) -> str:
+    if isinstance(event, ToolApprovalRequestEvent):  # its arguments may be large
+        arguments = json_html(event.arguments)
+        return f"approval asked: <b>{escape(event.name)}</b>(<code>{arguments}</code>)"
+    return clip_html(repr(event))
+
+
+def _number(value: object) -> str:
+    """A count as HTML (escaped: a recording shared by someone else may hold anything)."""
+    return escape(str(value))
 
 
 def message_html(message: ChatMessage) -> str:
@@ -86,9 +100,11 @@ def message_html(message: ChatMessage) -> str:
         f'<div style="color:#888">{escape(message.reasoning)}</div>' if message.reasoning else ""
     )
     style = "white-space:pre-wrap" + (";color:#c00" if message.is_error else "")
+    tool_result = message.role is MessageRole.TOOL  # (a preview, as in the live view)
+    content = clip_html(message.content) if tool_result else escape(message.content)
     return (
         f'<div class="rafrx-message"><b>{escape(message.role.value)}</b>: '
-        f'{reasoning}<span style="{style}">{escape(message.content)}</span>'
+        f'{reasoning}<span style="{style}">{content}</span>'
         f"{calls}</div>"
     )
 
@@ -105,7 +121,8 @@ def response_html(response: AgentResponse) -> str:
     usage = response.usage
     footer = f"finish: {escape(str(response.finish_reason))}"
     if usage is not None:
-        footer += f" · tokens {usage.prompt_tokens} in / {usage.completion_tokens} out"
+        footer += f" · tokens {_number(usage.prompt_tokens)} in / "
+        footer += f"{_number(usage.completion_tokens)} out"
     if response.interrupted:
         footer += ' · <span style="color:#c00">interrupted</span>'
     model = escape(response.model or "")

@@ -264,8 +264,11 @@ def execute_tools(
     request still open is denied); with no approver the call is denied. Only
     ``True``, or a response to that very call with ``approved=True``,
     approves: anything else (``"no"``, ``1``, an answer to another call, an
-    approver that raises) denies it, saying why. The event holds a copy of
-    the arguments. Completion waits for every running
+    approver that raises) denies it, saying why. Give a hot ``Subject``:
+    each subscription (an agent makes one per LLM call) takes the answers
+    given from then on, where a ``ReplaySubject`` or a cold observable would
+    replay old answers, which count for a later call with the same id. The
+    event holds a copy of the arguments. Completion waits for every running
     tool; disposal cancels them.
 
     .. marble::
