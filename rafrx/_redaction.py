@@ -9,6 +9,8 @@ and hands each item back with its own piece of the result.
 
 from __future__ import annotations
 
+import base64
+import contextlib
 import functools
 import json
 import os
@@ -16,6 +18,7 @@ import re
 from collections import deque
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
+from urllib.parse import unquote, unquote_plus
 
 import attrs
 from yarl import URL
@@ -54,21 +57,33 @@ _PATTERNS: Final = (
 )
 
 
-def url_secrets(url: str) -> tuple[str, ...]:
-    """The credentials in ``url``: its password and its secret parameters' values.
+def url_secrets(url: str | URL) -> tuple[str, ...]:
+    """The credentials in ``url``, in every form they are sent.
+
+    Its password as is, URL-encoded, and in the ``Authorization: Basic``
+    credentials aiohttp makes of ``user:password``; the values of secret
+    query parameters (``?key=``, ``?api-key=`` …), decoded and as sent.
 
     Example:
-        >>> url_secrets("https://u:pw12@host/v1?api-version=1&api-key=abcd1234")
-        ('pw12', 'abcd1234')
+        >>> url_secrets("http://me:p%40ss@example.com/v1")
+        ('p@ss', 'p%40ss', 'bWU6cEBzcw==')
+        >>> url_secrets("https://example.com/v1?api-version=1&key=AIza%2B123")
+        ('AIza+123', 'AIza%2B123')
     """
-    parsed = URL(url)
-    found = [parsed.password or ""]
-    found += [
-        value
-        for name, value in parsed.query.items()
-        if re.fullmatch(_SECRET_PARAM, name, re.IGNORECASE)
-    ]
-    return tuple(v for v in found if len(v) >= 4)
+    parsed = URL(url) if isinstance(url, str) else url
+    forms: list[str] = []
+    for pair in parsed.raw_query_string.split("&"):
+        raw_name, _, raw_value = pair.partition("=")
+        if re.fullmatch(_SECRET_PARAM, unquote(raw_name), re.IGNORECASE):
+            forms += [unquote_plus(raw_value), unquote(raw_value), raw_value]
+    password = parsed.password
+    if password:
+        forms += [password, parsed.raw_password or password]
+        credentials = f"{parsed.user or ''}:{password}"
+        for encoding in ("latin-1", "utf-8"):  # aiohttp's, and RFC 7617's charset="UTF-8"
+            with contextlib.suppress(UnicodeEncodeError):
+                forms.append(base64.b64encode(credentials.encode(encoding)).decode("ascii"))
+    return tuple(form for form in dict.fromkeys(forms) if form)
 
 
 @functools.lru_cache(maxsize=256)

@@ -568,7 +568,8 @@ async def record_http(
     """Send one request and save the raw response body with its timing.
 
     Authorization headers, API keys and key-like URL parameters are redacted
-    in both files.
+    in both files. A redirect is recorded, not followed (the credentials stay
+    with the host they were meant for).
 
     Args:
         url: the streaming endpoint (e.g. ``{base_url}/chat/completions``).
@@ -605,7 +606,10 @@ async def record_http(
     try:
         async with (
             aiohttp.ClientSession(timeout=client_timeout) as session,
-            session.request(method, url, json=json_body, headers=request_headers) as response,
+            # never followed: aiohttp would send an api-key header on to another host
+            session.request(
+                method, url, json=json_body, headers=request_headers, allow_redirects=False
+            ) as response,
         ):
             meta["response"] = {
                 "status": response.status,

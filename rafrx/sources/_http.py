@@ -28,6 +28,9 @@ and no error is chained to aiohttp's exceptions (which hold the request headers)
 from __future__ import annotations
 
 import asyncio
+import codecs
+import contextlib
+import datetime
 import email.utils
 import io
 import json
@@ -42,6 +45,7 @@ from typing import Any, Final, final
 import aiohttp
 import attrs
 import reactivex
+from aiohttp.http_exceptions import HttpProcessingError
 from multidict import CIMultiDictProxy
 from reactivex import Observable, abc
 from reactivex.disposable import Disposable
@@ -188,7 +192,23 @@ def parse_retry_after(headers: Mapping[str, str], now: float | None = None) -> f
         when = email.utils.parsedate_to_datetime(value)
     except (TypeError, ValueError, IndexError):
         return None
+    if when.tzinfo is None:  # the asctime form: an HTTP date is always GMT (RFC 9110 5.6.7)
+        when = when.replace(tzinfo=datetime.UTC)
     return max(0.0, when.timestamp() - (time.time() if now is None else now))
+
+
+_BadHTTP: Final = HttpProcessingError
+"""Bad framing (a chunk size that is not hex …) as aiohttp's pure-Python parser reports
+it mid-body: not a ``ClientError``."""
+
+
+def _charset(response: aiohttp.ClientResponse) -> str:
+    """The text encoding ``response`` declares, if Python knows it; else UTF-8."""
+    charset = response.charset
+    if charset:
+        with contextlib.suppress(LookupError):
+            return codecs.lookup(charset).name
+    return "utf-8"
 
 
 def _seconds(value: str | None) -> float | None:
@@ -712,7 +732,12 @@ class _StreamCall:
                     f"{self.request.safe_url}, after {self.delivered} update(s)",
                     retryable=False,
                 )
-        except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError, OSError) as exc:
+        except (
+            aiohttp.ClientPayloadError,
+            aiohttp.ClientConnectionError,
+            OSError,
+            _BadHTTP,
+        ) as exc:
             message = (
                 f"the connection to {self.request.safe_url} broke mid-stream "
                 f"after {self.delivered} update(s): {type(exc).__name__}: {exc}"
@@ -728,9 +753,11 @@ class _StreamCall:
                     data += chunk
                     if len(data) >= limit:
                         break
-        except (TimeoutError, aiohttp.ClientError, OSError):
-            pass
-        return redact_cut(bytes(data[:limit]).decode("utf-8", "replace"), self.request.secrets)
+        except (TimeoutError, aiohttp.ClientError, OSError, _BadHTTP):
+            pass  # what came is the body
+        return redact_cut(
+            bytes(data[:limit]).decode(_charset(response), "replace"), self.request.secrets
+        )
 
     async def _status_error(self, response: aiohttp.ClientResponse) -> HTTPStatusError:
         body = await self._read_text(response, MAX_ERROR_BODY)

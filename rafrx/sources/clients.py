@@ -28,8 +28,6 @@ Example:
 from __future__ import annotations
 
 import abc
-import base64
-import contextlib
 import functools
 import importlib.metadata
 from collections.abc import Iterable, Mapping, Sequence
@@ -40,7 +38,7 @@ import aiohttp
 from reactivex import Observable
 from yarl import URL
 
-from rafrx._redaction import SECRET_HEADERS
+from rafrx._redaction import SECRET_HEADERS, url_secrets
 from rafrx.messages import (
     OPENAI_REASONING,
     ChatMessage,
@@ -287,7 +285,7 @@ class LLMClient(abc.ABC):
             **self._protocol_headers(),
             **self._extra_headers,
         }
-        secrets = (*_url_secrets(self.url), *_header_secrets(self._extra_headers))
+        secrets = (*url_secrets(self.url), *_header_secrets(self._extra_headers))
         if self._api_key is not None:
             headers.update(self._auth_headers(self._api_key.value))
             secrets = (*secrets, self._api_key.value)
@@ -340,33 +338,6 @@ class LLMClient(abc.ABC):
         tb: TracebackType | None,
     ) -> None:
         await self.aclose()
-
-
-_KEY_PARAMS = frozenset({"key", "api_key", "apikey", "api-key", "token", "access_token"})
-
-
-def _url_secrets(url: URL) -> tuple[str, ...]:
-    """The credentials in ``url``, in every form they are sent.
-
-    Its password as is, URL-encoded, and in the ``Authorization: Basic``
-    credentials aiohttp makes of ``user:password``; the values of key-like
-    query parameters (``?key=...``).
-
-    Example:
-        >>> _url_secrets(URL("http://me:p%40ss@example.com/v1"))
-        ('p@ss', 'p%40ss', 'bWU6cEBzcw==')
-        >>> _url_secrets(URL("http://me@example.com/v1?key=AIza123&alt=sse"))
-        ('AIza123',)
-    """
-    forms = [value for name, value in url.query.items() if name.lower() in _KEY_PARAMS]
-    password = url.password
-    if password:
-        forms += [password, url.raw_password or password]
-        credentials = f"{url.user or ''}:{password}"
-        for encoding in ("latin-1", "utf-8"):  # aiohttp's, and RFC 7617's charset="UTF-8"
-            with contextlib.suppress(UnicodeEncodeError):
-                forms.append(base64.b64encode(credentials.encode(encoding)).decode("ascii"))
-    return tuple(form for form in dict.fromkeys(forms) if form)
 
 
 def _header_secrets(headers: Mapping[str, str]) -> tuple[str, ...]:
