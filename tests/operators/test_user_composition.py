@@ -14,17 +14,15 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import doctest
 import importlib
 import itertools
 import json
 import pkgutil
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
-from unittest import mock
 
 import pytest
 import reactivex
@@ -58,6 +56,7 @@ from rafrx.response import AgentResponse, AgentResponseResult, FinishReason, Usa
 from rafrx.sources import from_sse
 from rafrx.tools import tool
 from tests.operators import apart, run
+from tests.operators.test_convert import counted_ids
 from tests.strategies import (
     LLMCall,
     argument_runs,
@@ -74,18 +73,6 @@ FIXTURES = ROOT / "tests" / "data" / "fixtures"
 MANIFEST: list[dict[str, Any]] = json.loads((FIXTURES / "MANIFEST.json").read_text("utf-8"))
 STREAMS = [e for e in MANIFEST if e["format"] != "sse-only"]
 LIMIT = 64 * 1024 * 1024
-
-
-@contextlib.contextmanager
-def counted_ids() -> Iterator[None]:
-    """Generated call ids count from 0, so two runs over the same input compare equal."""
-    counter = itertools.count()
-
-    def new_call_id() -> str:
-        return f"gen_{next(counter)}"
-
-    with mock.patch("rafrx.operators._split_legacy_delta.new_call_id", new_call_id):
-        yield
 
 
 def composed(eager: bool = False, limit: int = LIMIT) -> Callable[[Any], Any]:

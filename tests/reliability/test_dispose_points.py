@@ -60,7 +60,7 @@ from tests.reliability._support import CLIENTS
 
 FORMATS = list(CLIENTS)
 
-HUNT = settings(
+POINTS = settings(
     max_examples=6,
     deadline=None,
     database=None,
@@ -264,7 +264,7 @@ def replies() -> st.SearchStrategy[Reply]:
 # ---------------------------------------------------------------- single calls
 
 
-@HUNT
+@POINTS
 @given(fmt=st.sampled_from(FORMATS), reply=replies(), stop_after=st.integers(1, 80))
 def test_dispose_a_client_pipeline_inside_on_next_after_n_results(
     fmt: str, reply: Reply, stop_after: int
@@ -310,7 +310,7 @@ def test_dispose_a_client_pipeline_inside_on_next_after_n_results(
     run_checked(scenario)
 
 
-@HUNT
+@POINTS
 @given(fmt=st.sampled_from(FORMATS), wait=st.floats(0.0, 0.25))
 def test_dispose_a_client_pipeline_from_outside_at_a_random_time(fmt: str, wait: float) -> None:
     async def scenario() -> None:
@@ -338,7 +338,7 @@ def test_dispose_a_client_pipeline_from_outside_at_a_random_time(fmt: str, wait:
     run_checked(scenario)
 
 
-@HUNT
+@POINTS
 @given(
     fmt=st.sampled_from(FORMATS),
     stall_at=st.integers(0, 2000),
@@ -373,7 +373,7 @@ def test_dispose_while_the_server_stalls(fmt: str, stall_at: int, wait: float) -
     run_checked(scenario)
 
 
-@settings(HUNT, max_examples=4)
+@settings(POINTS, max_examples=4)
 @given(
     fmt=st.sampled_from(FORMATS),
     wait_ms=st.integers(0, 90),
@@ -403,7 +403,7 @@ def test_dispose_during_a_retry_backoff_sends_nothing_more(
     run_checked(scenario)
 
 
-@HUNT
+@POINTS
 @given(
     fmt=st.sampled_from(FORMATS),
     reply=replies(),
@@ -495,7 +495,7 @@ def tool_loop(text: str = TEXT) -> Callable[[RecordedRequest], ServerResponse]:
     return script
 
 
-@HUNT
+@POINTS
 @given(
     fmt=st.sampled_from(FORMATS),
     stop_after=st.integers(1, 60),
@@ -541,7 +541,7 @@ def test_dispose_an_agent_turn_inside_on_next_after_n_results(
     run_checked(scenario)
 
 
-@HUNT
+@POINTS
 @given(fmt=st.sampled_from(FORMATS), wait=st.floats(0.0, 0.1), sync_approver=st.booleans())
 def test_dispose_an_agent_turn_during_an_approval_wait(
     fmt: str, wait: float, sync_approver: bool
@@ -598,7 +598,7 @@ def test_dispose_an_agent_turn_during_an_approval_wait(
     run_checked(scenario)
 
 
-@HUNT
+@POINTS
 @given(fmt=st.sampled_from(FORMATS), fraction=st.floats(0.0, 1.0), eager=st.booleans())
 def test_an_agent_turn_cut_at_byte_n_fails_typed_and_cancels_its_tools(
     fmt: str, fraction: float, eager: bool
@@ -649,7 +649,7 @@ def test_an_agent_turn_cut_at_byte_n_fails_typed_and_cancels_its_tools(
     run_checked(scenario)
 
 
-@HUNT
+@POINTS
 @given(
     fmt=st.sampled_from(FORMATS),
     fraction=st.floats(0.0, 1.0),
@@ -698,7 +698,7 @@ def test_an_agent_turn_cut_at_byte_n_of_its_second_call_keeps_the_tool_results(
     run_checked(scenario)
 
 
-@settings(HUNT, max_examples=5)
+@settings(POINTS, max_examples=5)
 @given(
     fmt=st.sampled_from(FORMATS),
     plan=st.lists(st.one_of(st.none(), st.floats(0.0, 0.15)), min_size=2, max_size=8),
@@ -744,7 +744,7 @@ def test_disposing_some_of_many_concurrent_streams_leaves_the_others_intact(
     run_checked(scenario)
 
 
-@HUNT
+@POINTS
 @given(fmt=st.sampled_from(FORMATS), wait=st.floats(0.0, 0.15), agent=st.booleans())
 def test_dispose_from_another_thread(fmt: str, wait: float, agent: bool) -> None:
     """A UI thread disposes: the call still ends on its loop, closes its connection, and
@@ -782,7 +782,7 @@ class Boom(Exception):
     pass
 
 
-@HUNT
+@POINTS
 @given(fmt=st.sampled_from(FORMATS), fail_at=st.integers(1, 60), agent=st.booleans())
 def test_a_subscriber_raising_at_result_n_ends_the_stream_and_closes_it(
     fmt: str, fail_at: int, agent: bool
@@ -836,7 +836,7 @@ def test_a_subscriber_raising_at_result_n_ends_the_stream_and_closes_it(
     run_checked(scenario)
 
 
-@HUNT
+@POINTS
 @given(fmt=st.sampled_from(FORMATS), calls=st.integers(1, 3))
 def test_dispose_on_seeing_the_approval_request_asks_no_one(fmt: str, calls: int) -> None:
     async def scenario() -> None:
@@ -886,7 +886,7 @@ def test_dispose_on_seeing_the_approval_request_asks_no_one(fmt: str, calls: int
 # ---------------------------------------------------------------- rarer dispose points
 
 
-@HUNT
+@POINTS
 @given(fmt=st.sampled_from(FORMATS), wait=st.floats(0.0, 0.1), answer_after=st.booleans())
 def test_dispose_during_a_wait_for_an_observable_approver(
     fmt: str, wait: float, answer_after: bool
@@ -935,7 +935,7 @@ def test_dispose_during_a_wait_for_an_observable_approver(
     run_checked(scenario)
 
 
-@settings(HUNT, max_examples=5)
+@settings(POINTS, max_examples=5)
 @given(
     fmt=st.sampled_from(FORMATS),
     wait=st.floats(0.0, 0.15),
@@ -1005,7 +1005,7 @@ class SlowHistory:
         self.saved.append(list(messages))
 
 
-@settings(HUNT, max_examples=4)
+@settings(POINTS, max_examples=4)
 @given(fmt=st.sampled_from(FORMATS), wait=st.floats(0.0, 0.3))
 def test_dispose_a_turn_with_slow_history_at_a_random_time(fmt: str, wait: float) -> None:
     """Loading, streaming, tools, saving: dispose anywhere. A save that began ends
@@ -1044,7 +1044,7 @@ def test_dispose_a_turn_with_slow_history_at_a_random_time(fmt: str, wait: float
     run_checked(scenario)
 
 
-@HUNT
+@POINTS
 @given(fmt=st.sampled_from(FORMATS), wait=st.floats(0.0, 0.3))
 def test_cancelling_agent_send_at_a_random_time(fmt: str, wait: float) -> None:
     async def scenario() -> None:
@@ -1072,7 +1072,7 @@ def test_cancelling_agent_send_at_a_random_time(fmt: str, wait: float) -> None:
     run_checked(scenario)
 
 
-@HUNT
+@POINTS
 @given(
     fmt=st.sampled_from(FORMATS),
     reply=replies(),
@@ -1121,7 +1121,7 @@ def test_a_fault_at_byte_n_gives_a_typed_error_with_the_partial_so_far(
     run_checked(scenario)
 
 
-@HUNT
+@POINTS
 @given(fmt=st.sampled_from(FORMATS), fraction=st.floats(0.0, 1.0))
 def test_an_in_band_error_after_content_keeps_the_partial_and_closes(
     fmt: str, fraction: float
@@ -1158,7 +1158,7 @@ def test_an_in_band_error_after_content_keeps_the_partial_and_closes(
     run_checked(scenario)
 
 
-@settings(HUNT, max_examples=4, phases=[Phase.explicit, Phase.generate])  # (no slow shrinking)
+@settings(POINTS, max_examples=4, phases=[Phase.explicit, Phase.generate])  # (no slow shrinking)
 @given(fmt=st.sampled_from(FORMATS), wait=st.floats(0.0, 0.2), agent=st.booleans())
 def test_dispose_then_drop_an_unclosed_client_warns_about_nothing(
     fmt: str, wait: float, agent: bool

@@ -21,12 +21,11 @@ import gc
 import logging
 import os
 import pickle
-import re
 import time
 import traceback
 import warnings
 import zlib
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +61,7 @@ from rafrx.sources.clients import (
     Timeouts,
 )
 from rafrx.testing import Reply, render_events
+from tests.reliability.test_http_adversarial import Handler, RawServer, chunk, whole
 
 KEY = "sk-hostile-SECRET-0123456789abcdef"
 USER = [ChatMessage.user("Hello?")]
@@ -99,71 +99,6 @@ def full(fmt: str) -> bytes:
 
 
 # ---------------------------------------------------------------- a raw server
-
-Handler = Callable[["RawServer", asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
-
-
-class RawServer:
-    """A TCP server on 127.0.0.1 answering each connection with ``handler``;
-    it records each request head and how many connections it saw."""
-
-    def __init__(self, handler: Handler) -> None:
-        self._handler = handler
-        self._tasks: set[asyncio.Task[Any]] = set()
-        self._server: asyncio.Server | None = None
-        self.heads: list[bytes] = []
-        self.connections = 0
-        self.url = ""
-
-    async def __aenter__(self) -> RawServer:
-        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-        self.url = f"http://127.0.0.1:{self._server.sockets[0].getsockname()[1]}"
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        assert self._server is not None
-        self._server.close()
-        for task in self._tasks:
-            task.cancel()
-        if self._tasks:
-            await asyncio.wait(self._tasks, timeout=5)
-        await self._server.wait_closed()
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        self._tasks.add(task)
-        self.connections += 1
-        try:
-            await self._handler(self, reader, writer)
-        except (ConnectionError, asyncio.IncompleteReadError, asyncio.CancelledError):
-            pass
-        finally:
-            writer.close()
-            with contextlib.suppress(ConnectionError, asyncio.CancelledError):
-                await writer.wait_closed()
-
-    async def read_request(self, reader: asyncio.StreamReader) -> bytes:
-        head_ = await reader.readuntil(b"\r\n\r\n")
-        length = re.search(rb"(?i)content-length: *(\d+)", head_)
-        if length:
-            await reader.readexactly(int(length.group(1)))
-        self.heads.append(head_)
-        return head_
-
-
-def whole(status: bytes, content_type: bytes | None, body: bytes, *extra: bytes) -> bytes:
-    """A complete HTTP/1.1 response with a ``Content-Length``."""
-    out = b"HTTP/1.1 " + status + b"\r\n"
-    if content_type is not None:
-        out += b"Content-Type: " + content_type + b"\r\n"
-    out += b"".join(line + b"\r\n" for line in extra)
-    return out + b"Content-Length: %d\r\n\r\n" % len(body) + body
-
-
-def chunk(data: bytes) -> bytes:
-    return b"%x\r\n" % len(data) + data + b"\r\n"
-
 
 SSE_CHUNKED = (
     b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n"

@@ -129,9 +129,12 @@ class RawServer:
         return head
 
 
-def whole(status: bytes, content_type: bytes, body: bytes, *extra: bytes) -> bytes:
-    """A complete HTTP/1.1 response with a ``Content-Length``."""
-    head = b"HTTP/1.1 " + status + b"\r\nContent-Type: " + content_type + b"\r\n"
+def whole(status: bytes, content_type: bytes | None, body: bytes, *extra: bytes) -> bytes:
+    """A complete HTTP/1.1 response with a ``Content-Length`` (and no
+    ``Content-Type`` when ``content_type`` is ``None``)."""
+    head = b"HTTP/1.1 " + status + b"\r\n"
+    if content_type is not None:
+        head += b"Content-Type: " + content_type + b"\r\n"
     head += b"".join(line + b"\r\n" for line in extra)
     return head + b"Content-Length: %d\r\n\r\n" % len(body) + body
 
