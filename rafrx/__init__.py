@@ -13,9 +13,10 @@ Example:
     'Hello'
 """
 
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from rafrx import content, errors, events, operators, sources, updates
+from rafrx import content, errors, events, operators, response, sources, updates
 from rafrx.agent import Agent
 from rafrx.content import (
     Content,
@@ -87,6 +88,13 @@ if TYPE_CHECKING:
     )
 
 __version__ = "0.1.0"
+
+# The names the response classes' annotations use, which rafrx.response imports only
+# for type checkers (content and events import it): typing.get_type_hints() (cattrs,
+# pydantic …) finds them in the module at run time.
+vars(response).update(
+    Iterable=Iterable, Content=Content, Event=Event, ChatMessage=ChatMessage, ToolCall=ToolCall
+)
 
 # The HTTP clients load aiohttp, which is most of ``import rafrx``'s time: they are
 # imported on first use, so the pure operators and from_sse import quickly.

@@ -55,6 +55,9 @@ def slot_init(cls: type[T]) -> type[T]:
     params = ", ".join(["self", *code.positional, *(["*", *code.keyword] if code.keyword else [])])
     init = code.function("__init__", params)
     init.__annotations__ = dict(getattr(cls.__init__, "__annotations__", {}))
+    # typing.get_type_hints() resolves the annotations in the globals of what it
+    # unwraps to: attrs' __init__ (the same signature), not the namespace above.
+    init.__wrapped__ = cls.__init__
     setattr(cls, "__init__", init)  # noqa: B010 (mypy forbids assigning a method)
     return cls
 

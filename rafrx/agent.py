@@ -127,6 +127,23 @@ class Agent:
 
     The arguments are kept as attributes of the same names; assigning
     ``tools`` or ``approver`` takes effect from the next LLM call on.
+
+    Example:
+        >>> import asyncio
+        >>> from rafrx.sources.clients import OpenAIChatClient
+        >>> from rafrx.testing import LLMServer, Reply, ToolCallSpec
+        >>> def add(a: int, b: int) -> int:
+        ...     "Add two numbers."
+        ...     return a + b
+        >>> async def main() -> str:
+        ...     async with LLMServer() as server:  # a scripted model on 127.0.0.1
+        ...         server.enqueue(Reply(tool_calls=[ToolCallSpec("add", {"a": 2, "b": 3})]),
+        ...                        Reply(text="2 + 3 = 5"))
+        ...         async with OpenAIChatClient(server.url, model="m") as client:
+        ...             response = await Agent(client, tools=[add]).send("2 + 3?")
+        ...     return f"{response.tool_messages[0].content} → {response.text}"
+        >>> asyncio.run(main())
+        '5 → 2 + 3 = 5'
     """
 
     def __init__(

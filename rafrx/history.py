@@ -80,6 +80,13 @@ class InMemoryHistoryProvider:
 
     Args:
         messages: A conversation to start from.
+
+    Example:
+        >>> import asyncio
+        >>> history = InMemoryHistoryProvider([ChatMessage.user("Hi")])
+        >>> asyncio.run(history.save([ChatMessage.assistant("Hello!")]))
+        >>> [m.content for m in asyncio.run(history.load())]
+        ['Hi', 'Hello!']
     """
 
     def __init__(self, messages: Iterable[ChatMessage] = ()) -> None:

@@ -16,6 +16,7 @@ bookkeeping (see :class:`MessageSource`) and never goes on the wire.
 
 from __future__ import annotations
 
+import copy
 import enum
 import json
 import math
@@ -124,6 +125,15 @@ class ChatMessage:
     continuation that drops them. A tool message whose call failed has
     ``is_error`` set: Anthropic gets it as the ``tool_result``'s ``is_error``,
     the other APIs have no such field and read the ``"Error: …"`` text alone.
+
+    Example:
+        >>> call = ToolCall("call_1", "get_weather", {"city": "Paris"})
+        >>> turn = [ChatMessage.user("Weather?"), ChatMessage.assistant_with_tools("", [call]),
+        ...         ChatMessage.tool("sunny", "call_1")]
+        >>> turn[1].to_openai()["tool_calls"][0]["function"]["arguments"]
+        '{"city": "Paris"}'
+        >>> ChatMessage.from_openai(turn[2].to_openai()).tool_call_id
+        'call_1'
     """
 
     role: MessageRole = attrs.field(converter=MessageRole)
@@ -462,7 +472,7 @@ def to_anthropic(messages: Iterable[ChatMessage]) -> tuple[str | None, list[dict
             continue
         blocks: list[dict[str, Any]] = []
         if msg.provider_data and msg.provider_data.get(ANTHROPIC_THINKING):
-            blocks.extend(dict(b) for b in msg.provider_data[ANTHROPIC_THINKING])
+            blocks.extend(copy.deepcopy(b) for b in msg.provider_data[ANTHROPIC_THINKING])
         if msg.content.strip():  # Anthropic refuses a whitespace-only text block
             blocks.append({"type": "text", "text": msg.content})
         for call in msg.tool_calls or ():

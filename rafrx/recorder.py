@@ -44,7 +44,7 @@ import time
 import typing
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import attrs
 import reactivex
@@ -100,6 +100,8 @@ FORMAT_VERSION: Final = 1
 def _classes(union: Any) -> dict[str, type]:
     return {cls.__name__: cls for cls in typing.get_args(union)}
 
+
+T = TypeVar("T")
 
 _TOP: Final[dict[str, type]] = {
     **_classes(updates.AgentResponseUpdate),
@@ -308,8 +310,8 @@ class Recording:
 
 
 def record(
-    observable: Observable[Any], path: str | os.PathLike[str], *, secrets: Iterable[str] = ()
-) -> Observable[Any]:
+    observable: Observable[T], path: str | os.PathLike[str], *, secrets: Iterable[str] = ()
+) -> Observable[T]:
     """``observable``, writing each item it emits to ``path`` (JSON lines).
 
     Cold like its source: each subscription records again (overwriting the
@@ -327,12 +329,20 @@ def record(
         observable: any rafrx stream (updates or result chunks).
         path: the ``.jsonl`` file to write.
         secrets: strings to redact besides the built-in patterns.
+
+    Example:
+        >>> import reactivex, tempfile
+        >>> path = Path(tempfile.mkdtemp()) / "turn.jsonl"
+        >>> turn = [updates.TextDelta("key sk-"), updates.TextDelta("abcdefghijklmnopqrst")]
+        >>> _ = record(reactivex.from_iterable(turn), path).run()
+        >>> replay(path).pipe(reactivex.operators.to_list()).run()  # a key split in two
+        [TextDelta(delta='key [REDACTED]'), TextDelta(delta='')]
     """
     target = Path(path)
     extra = tuple(secrets)
 
     def subscribe(
-        observer: abc.ObserverBase[Any], scheduler: abc.SchedulerBase | None = None
+        observer: abc.ObserverBase[T], scheduler: abc.SchedulerBase | None = None
     ) -> abc.DisposableBase:
         hidden = (*extra, *env_secrets())
         redactor = DeltaRedactor(hidden)
@@ -711,6 +721,13 @@ def replay(
         speed: with ``pacing``, how many times faster than recorded.
         dialect: for ``.sse`` files, decode to updates with this dialect; a
             dialect other than ``"auto"`` reads any file as an SSE body.
+
+    Example:
+        >>> from rafrx.operators import aggregate, convert
+        >>> updates = replay(sample("demo-anthropic.sse"), dialect="auto")
+        >>> response = updates.pipe(convert(), aggregate()).run()
+        >>> [call.name for call in response.tool_calls]
+        ['get_weather', 'write_file']
     """
     if speed <= 0:
         raise ValueError("speed must be > 0")

@@ -43,7 +43,11 @@ class Usage:
 
     ``reasoning_tokens`` and ``cached_tokens`` stay ``None`` unless the
     provider reported them.
-    """
+
+    Example:
+        >>> Usage(10, 5, 15) + Usage(3, 2, 5, reasoning_tokens=1)
+        Usage(prompt_tokens=13, completion_tokens=7, total_tokens=20, reasoning_tokens=1, cached_tokens=None)
+    """  # noqa: E501
 
     prompt_tokens: int = 0
     completion_tokens: int = 0
@@ -162,6 +166,18 @@ class AgentResponse:
     ``text`` is all assistant text of the turn in order; the final answer is
     ``turn_transcript[-1]``. ``interrupted`` is true for the partial response
     attached to an error (``err.partial``).
+
+    Example:
+        >>> import reactivex
+        >>> from rafrx import updates as u
+        >>> from rafrx.operators import aggregate, convert
+        >>> turn = [u.TextDelta("Checking."), u.ToolCallDelta(0, id="c1", name="now",
+        ...     arguments_delta="{}"), u.Finish(FinishReason.TOOL_CALLS, Usage(9, 4, 13))]
+        >>> response = reactivex.from_iterable(turn).pipe(convert(), aggregate()).run()
+        >>> response.text, [c.name for c in response.tool_calls], response.usage.total_tokens
+        ('Checking.', ['now'], 13)
+        >>> response.turn_transcript[0].tool_calls[0].id
+        'c1'
     """
 
     id: str | None = None

@@ -50,6 +50,7 @@ async functions) and ``rafrx._tool_result`` (:func:`format_result`).
 from __future__ import annotations
 
 import asyncio
+import copy
 import functools
 import inspect
 import re
@@ -173,7 +174,7 @@ class Tool:
         return {
             "name": self.name,
             "description": self.description,
-            "parameters": dict(self.parameters),
+            "parameters": copy.deepcopy(self.parameters),  # the caller's to change
         }
 
     def to_anthropic(self) -> dict[str, Any]:
@@ -181,7 +182,7 @@ class Tool:
         return {
             "name": self.name,
             "description": self.description,
-            "input_schema": dict(self.parameters),
+            "input_schema": copy.deepcopy(self.parameters),
         }
 
     def to_responses(self) -> dict[str, Any]:

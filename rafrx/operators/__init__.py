@@ -201,6 +201,20 @@ def convert(
         -T("Hi")--D(0,f,"{}")--F-|
         [        convert()        ]
         -r(Text)--r(Start)r(Args,Parsed?)--r(End)r(Finish)--r(Calling)-|
+
+    Example:
+        >>> import reactivex
+        >>> from reactivex import operators as rx
+        >>> from rafrx import updates as u
+        >>> from rafrx.response import FinishReason
+        >>> updates = reactivex.of(
+        ...     u.ToolCallDelta(0, id="c1", name="now", arguments_delta='{"tz": "UTC"}'),
+        ...     u.Finish(FinishReason.TOOL_CALLS))
+        >>> results = updates.pipe(convert(), rx.to_list()).run()
+        >>> [type(c).__name__ for r in results for c in r.contents]
+        ... # doctest: +NORMALIZE_WHITESPACE
+        ['ToolCallStartContent', 'ToolCallArgsContent', 'ToolCallArgsProgressContent',
+         'ToolCallArgsParsedContent', 'ToolCallEndContent', 'ToolCallingContent']
     """
     from rafrx.operators._convert import Converter
     from rafrx.operators._reducer import reducer_operator

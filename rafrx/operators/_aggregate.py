@@ -281,6 +281,14 @@ async def collect_agent_response(
 
     Raises:
         RafrxError: the stream's error, with ``.partial`` holding what arrived.
+
+    Example:
+        >>> import reactivex
+        >>> from rafrx import updates as u
+        >>> from rafrx.operators import convert
+        >>> results = reactivex.of(u.TextDelta("Hi "), u.TextDelta("there")).pipe(convert())
+        >>> asyncio.run(collect_agent_response(results)).text
+        'Hi there'
     """
     loop = asyncio.get_running_loop()
     future: asyncio.Future[AgentResponse] = loop.create_future()

@@ -205,8 +205,8 @@ class _Runner:
                 await self.approve(tool, call, result)
             if self.semaphore is None:
                 self.semaphore = asyncio.Semaphore(self.concurrency)
-            async with self.semaphore:
-                value = await tool.invoke(call.arguments)
+            async with self.semaphore:  # (a copy: the call stays what the model sent)
+                value = await tool.invoke(copy.deepcopy(call.arguments))
             text = format_result(value)
         except ToolError as exc:
             message = error_text(exc)

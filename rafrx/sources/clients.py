@@ -28,6 +28,7 @@ Example:
 from __future__ import annotations
 
 import abc
+import copy
 import functools
 import importlib.metadata
 from collections.abc import Iterable, Mapping, Sequence
@@ -148,7 +149,8 @@ def to_responses_input(messages: Iterable[ChatMessage]) -> list[dict[str, Any]]:
             )
             continue
         if msg.provider_data:
-            items.extend(dict(item) for item in msg.provider_data.get(OPENAI_REASONING, ()))
+            kept = msg.provider_data.get(OPENAI_REASONING, ())
+            items.extend(copy.deepcopy(item) for item in kept)  # the caller's to change
         if msg.content or not msg.tool_calls:
             items.append({"role": msg.role.value, "content": msg.content})
         for call in msg.tool_calls or ():
