@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import time
 import uuid
 from collections.abc import Iterator, Mapping
-from typing import Any, Literal, TypeAlias
+from typing import Any, Final, Literal, TypeAlias
 
 from rafrx.response import FinishReason, Usage
 from rafrx.testing._responses import Reply, ToolCallSpec
@@ -69,8 +70,14 @@ _RESPONSES_INCOMPLETE = {
 }
 
 
+_SURROGATE: Final = re.compile("[\ud800-\udfff]")
+
+
 def _dumps(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    if not text.isascii() and _SURROGATE.search(text):  # no UTF-8 form: as \ud83d escapes
+        return json.dumps(value, separators=(",", ":"))
+    return text
 
 
 def _data(payload: Any) -> bytes:
@@ -108,7 +115,9 @@ def estimate_usage(reply: Reply, request: Mapping[str, Any] | None = None) -> Us
     if reply.usage is not None:
         return reply.usage
     request = request or {}
-    prompt_parts = [request.get(key) for key in ("system", "messages", "input", "tools")]
+    prompt_parts = [
+        request.get(key) for key in ("system", "instructions", "messages", "input", "tools")
+    ]
     prompt = max(1, _tokens(_dumps([p for p in prompt_parts if p is not None])))
     reasoning = _tokens(reply.reasoning)
     completion = (
@@ -485,9 +494,11 @@ _ANTHROPIC_ERROR_TYPES = {
     401: "authentication_error",
     403: "permission_error",
     404: "not_found_error",
+    402: "billing_error",
     413: "request_too_large",
     429: "rate_limit_error",
     500: "api_error",
+    504: "timeout_error",
     529: "overloaded_error",
 }
 #: OpenAI's error ``type`` and ``code`` by status (a 429's type says which

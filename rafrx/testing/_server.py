@@ -133,6 +133,7 @@ class LLMServer:
         self, host: str = "127.0.0.1", port: int = 0, *, default: ServerResponse = DEFAULT_REPLY
     ) -> None:
         self.host = host
+        self._requested_port = port  # 0: a free one, on each start
         self._port = port
         self.default: ServerResponse = default
         self.requests: list[RecordedRequest] = []
@@ -162,7 +163,8 @@ class LLMServer:
     @property
     def url(self) -> str:
         """The base URL, e.g. ``http://127.0.0.1:54321``."""
-        return f"http://{self.host}:{self.port}"
+        host = f"[{self.host}]" if ":" in self.host else self.host  # an IPv6 address
+        return f"http://{host}:{self.port}"
 
     @property
     def started(self) -> bool:
@@ -179,7 +181,7 @@ class LLMServer:
         runner = web.ServerRunner(server, shutdown_timeout=_SHUTDOWN_TIMEOUT)
         await runner.setup()
         try:
-            site = web.TCPSite(runner, self.host, self._port, backlog=_BACKLOG)
+            site = web.TCPSite(runner, self.host, self._requested_port, backlog=_BACKLOG)
             await site.start()
         except BaseException:
             await runner.cleanup()
@@ -241,7 +243,18 @@ class LLMServer:
     # ------------------------------------------------------------ behaviour
 
     def enqueue(self, *responses: ServerResponse) -> None:
-        """Queue answers for the next requests, first in first out (thread-safe)."""
+        """Queue answers for the next requests, first in first out (thread-safe).
+
+        Raises:
+            TypeError: one of ``responses`` is not a :class:`Reply`,
+                :class:`Replay` or :class:`Fault` (a script goes to :meth:`script`).
+        """
+        for response in responses:
+            if not isinstance(response, Reply | Replay | Fault):
+                raise TypeError(
+                    f"the server answers with a Reply, Replay or Fault, not {response!r}"
+                    + (" (a function goes to script())" if callable(response) else "")
+                )
         with self._lock:
             self._queue.extend(responses)
 
@@ -366,11 +379,11 @@ class LLMServer:
         self.requests.append(recorded)
         self._notify()
         wire_format = WIRE_FORMATS.get(request.path)
-        if wire_format is None or request.method != "POST":
+        if wire_format is None:
             message = f"no endpoint {request.method} {request.path}"
-            return web.json_response(
-                {"error": {"message": message, "type": "not_found_error"}}, status=404
-            )
+            return error_response("openai-chat", 404, message)
+        if request.method != "POST":
+            return error_response(wire_format, 405, f"{request.method} {request.path}: use POST")
         if not _streaming(body):
             return error_response(wire_format, 400, NOT_STREAMING)
         response = await self._next_response(recorded)
