@@ -59,7 +59,7 @@ from typing import Any, Final, final, overload
 
 import attrs
 
-from rafrx._call import call_function, is_async
+from rafrx._call import call_function, is_async, without_frames
 from rafrx._docstrings import parse_docstring
 from rafrx._schema import Binder, ConversionError, function_schema
 from rafrx._schema_check import check, check_object, show
@@ -255,8 +255,8 @@ class Tool:
         except asyncio.CancelledError as cancelled:
             running.cancel()
             running.add_done_callback(_drop_outcome)  # how it ends is no one's concern now
-            del running  # the error's traceback holds this frame: no path back to a task
-            raise cancelled.with_traceback(None) from None
+            del running  # the raise below puts this frame in the traceback: no task in it
+            raise without_frames(cancelled) from None
         if not finished:
             running.cancel()
             running.add_done_callback(_drop_outcome)

@@ -11,7 +11,7 @@ from typing import Any, TypeAlias
 from reactivex import Observable, abc
 from reactivex.disposable import CompositeDisposable, Disposable, SingleAssignmentDisposable
 
-from rafrx._call import call_function, call_on
+from rafrx._call import call_function, call_on, without_frames
 from rafrx.content import ToolCalledContent, ToolCallingContent
 from rafrx.errors import (
     InvalidToolArguments,
@@ -216,11 +216,7 @@ class _Runner:
             )
         except asyncio.CancelledError as exc:
             if _being_cancelled():  # the stream was disposed or failed: this call ends
-                # The task keeps this error: without the frames below (which hold the
-                # runner, its turn and client) it makes no cycle through them (see
-                # rafrx.sources._http), so a client dropped then closes as it goes.
-                exc.__context__ = None
-                raise exc.with_traceback(None) from None
+                raise without_frames(exc) from None
             return self.failed(call, exc)  # raised by the approver itself: still a result
         except KeyboardInterrupt:
             raise

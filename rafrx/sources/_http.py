@@ -51,6 +51,7 @@ from reactivex import Observable, abc
 from reactivex.disposable import Disposable
 from yarl import URL
 
+from rafrx._call import without_frames
 from rafrx._redaction import secret_prefix_at
 from rafrx.errors import (
     ConnectTimeout,
@@ -195,11 +196,6 @@ def parse_retry_after(headers: Mapping[str, str], now: float | None = None) -> f
     if when.tzinfo is None:  # the asctime form: an HTTP date is always GMT (RFC 9110 5.6.7)
         when = when.replace(tzinfo=datetime.UTC)
     return max(0.0, when.timestamp() - (time.time() if now is None else now))
-
-
-_BadHTTP: Final = HttpProcessingError
-"""Bad framing (a chunk size that is not hex …) as aiohttp's pure-Python parser reports
-it mid-body: not a ``ClientError``."""
 
 
 def _charset(response: aiohttp.ClientResponse) -> str:
@@ -614,12 +610,8 @@ class _StreamCall:
                     return
         except asyncio.CancelledError as cancelled:
             self._close()
-            # The task keeps this error: without the frames below (whose asyncio.timeout()
-            # blocks hold the task) and once the call forgets the task, they make no
-            # cycle, so a client dropped after a dispose closes its session as it goes,
-            # not in the cycle collector ("Unclosed client session").
-            cancelled.__context__ = None
-            raise cancelled.with_traceback(None) from None
+            # (the frames below: their asyncio.timeout() blocks hold the task)
+            raise without_frames(cancelled) from None
 
     async def _attempt(self) -> None:
         response = await self._send()
@@ -736,7 +728,7 @@ class _StreamCall:
             aiohttp.ClientPayloadError,
             aiohttp.ClientConnectionError,
             OSError,
-            _BadHTTP,
+            HttpProcessingError,  # bad framing, from the pure-Python parser: no ClientError
         ) as exc:
             message = (
                 f"the connection to {self.request.safe_url} broke mid-stream "
@@ -753,7 +745,7 @@ class _StreamCall:
                     data += chunk
                     if len(data) >= limit:
                         break
-        except (TimeoutError, aiohttp.ClientError, OSError, _BadHTTP):
+        except (TimeoutError, aiohttp.ClientError, OSError, HttpProcessingError):
             pass  # what came is the body
         return redact_cut(
             bytes(data[:limit]).decode(_charset(response), "replace"), self.request.secrets
