@@ -21,9 +21,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import pytest
-from reactivex import Observable, abc
 from reactivex import operators as rx
-from reactivex.disposable import Disposable
 from reactivex.subject import Subject
 
 from rafrx import updates as u
@@ -34,7 +32,8 @@ from rafrx.history import InMemoryHistoryProvider
 from rafrx.messages import ChatMessage, MessageRole, MessageSource, ToolCall
 from rafrx.response import AgentResponseResult, FinishReason
 from rafrx.testing import LLMServer, Reply, ToolCallSpec
-from rafrx.tools import Tool, ToolApprovalResponse, tool
+from rafrx.tools import ToolApprovalResponse, tool
+from tests.test_agent import FakeClient, text
 from tests.test_agent_wire import CLIENTS, wire_problems
 
 GUARD = 2.0  # seconds: a guard against hangs only, never reached by a passing test
@@ -47,33 +46,12 @@ CONTEXT = MessageSource.CONTEXT_PROVIDER
 # ---------------------------------------------------------------- a scripted client
 
 
-class Scripted:
-    """Answers each stream() with the next scripted list of updates, emitted on the loop."""
+class Scripted(FakeClient):
+    """``test_agent``'s scripted client; ``sent`` holds each request's messages."""
 
-    def __init__(self, *steps: Sequence[u.AgentResponseUpdate]) -> None:
-        self.steps = list(steps)
-        self.requests: list[tuple[ChatMessage, ...]] = []
-
-    def stream(
-        self, messages: Sequence[ChatMessage], tools: Sequence[Tool] | None = None
-    ) -> Observable[u.AgentResponseUpdate]:
-        def subscribe(
-            observer: abc.ObserverBase[u.AgentResponseUpdate],
-            scheduler: abc.SchedulerBase | None = None,
-        ) -> abc.DisposableBase:
-            self.requests.append(tuple(messages))
-            step = self.steps.pop(0) if self.steps else text("(no more script)")
-
-            async def emit() -> None:
-                for update in step:
-                    await asyncio.sleep(0)
-                    observer.on_next(update)
-                observer.on_completed()
-
-            task = asyncio.get_running_loop().create_task(emit())
-            return Disposable(task.cancel)
-
-        return Observable(subscribe)
+    @property
+    def sent(self) -> list[tuple[ChatMessage, ...]]:
+        return [messages for messages, _ in self.requests]
 
 
 def calls(*specs: tuple[str, str, Any]) -> list[u.AgentResponseUpdate]:
@@ -87,10 +65,6 @@ def calls(*specs: tuple[str, str, Any]) -> list[u.AgentResponseUpdate]:
         ]
     out.append(u.Finish(FinishReason.TOOL_CALLS))
     return out
-
-
-def text(reply: str) -> list[u.AgentResponseUpdate]:
-    return [u.ResponseMetadata("resp", "fake-1"), u.TextDelta(reply), u.Finish(FinishReason.STOP)]
 
 
 def user(content: str) -> ChatMessage:
@@ -148,7 +122,7 @@ async def test_a_falsy_approver_answer_denies_and_the_model_sees_the_denial(answ
     (message,) = response.tool_messages
     assert message.is_error
     assert "denied" in message.content
-    assert client.requests[1][-1] == message  # the loop went on with the denial
+    assert client.sent[1][-1] == message  # the loop went on with the denial
     assert response.text == "ok"
 
 
@@ -236,7 +210,7 @@ async def test_plain_and_approval_tools_in_one_step_each_get_one_result_in_call_
     assert asked == ["c1", "c3"]  # only the tool needing approval is put to the approver
     assert seen[0] == "c2"
     assert sorted(seen) == ["c1", "c2", "c3"]
-    sent = client.requests[1]
+    sent = client.sent[1]
     assert [m.tool_call_id for m in sent if m.role is MessageRole.TOOL] == ["c1", "c2", "c3"]
     assert sorted(RAN) == ["/etc/b", "/tmp/a", "Oslo"]
     assert isinstance(response, AgentResponseResult)
@@ -267,7 +241,7 @@ async def test_an_approver_raising_a_base_exception_never_leaves_a_call_unanswer
     assert message.is_error
     assert "Abort: policy engine aborted" in message.content
     assert response.text == "ok"
-    for request in client.requests[1:]:
+    for request in client.sent[1:]:
         assert unanswered_calls(request) == []
     assert unanswered_calls(history.messages) == []
 
@@ -323,7 +297,7 @@ async def test_a_tool_raising_a_base_exception_never_leaves_a_call_unanswered(sy
     response = await send(agent, "go")
     (message,) = response.tool_messages
     assert message.content == "Error: tool 'boom' raised Abort: aborted"
-    for request in client.requests[1:]:
+    for request in client.sent[1:]:
         assert unanswered_calls(request) == []
     assert unanswered_calls(history.messages) == []
 
@@ -422,7 +396,7 @@ async def test_odd_tool_return_values_become_error_results_and_the_turn_goes_on(
     assert by_id["c6"].is_error
     assert "bytes" in by_id["c6"].content
     assert response.text == "ok"
-    assert client.requests[1][-5:] == response.tool_messages
+    assert client.sent[1][-5:] == response.tool_messages
 
 
 @pytest.mark.asyncio
@@ -465,7 +439,7 @@ async def test_mixed_sources_in_the_input_are_sent_in_order_and_only_new_ones_sa
         ChatMessage.assistant("prefill", source=MessageSource.TOOL_RESULT),
     ]
     response = await send(agent, given)
-    sent = client.requests[0]
+    sent = client.sent[0]
     assert [m.content for m in sent] == [
         "Be brief.",
         "old",
@@ -509,7 +483,7 @@ async def test_an_empty_input_continues_from_history_and_saves_only_the_reply() 
     history = InMemoryHistoryProvider([user("Tell me a story.")])
     client = Scripted(text("Once upon a time."))
     response = await send(Agent(client, history=history), [])
-    assert [m.content for m in client.requests[0]] == ["Tell me a story."]
+    assert [m.content for m in client.sent[0]] == ["Tell me a story."]
     assert [m.content for m in history.messages] == ["Tell me a story.", "Once upon a time."]
     assert response.text == "Once upon a time."
 
@@ -559,7 +533,7 @@ async def test_a_context_provider_returning_non_messages_is_a_clear_type_error(v
     agent = Agent(client, context_providers=[Returns(value)], history=history)
     with pytest.raises(TypeError, match="ChatMessage"):
         await send(agent, "q")
-    assert client.requests == []
+    assert client.sent == []
     assert history.messages == ()
 
 
@@ -575,7 +549,7 @@ async def test_a_history_provider_loading_non_messages_is_a_clear_type_error() -
     client = Scripted(text("hi"))
     with pytest.raises(TypeError, match="ChatMessage"):
         await send(Agent(client, history=Loads()), "q")
-    assert client.requests == []
+    assert client.sent == []
 
 
 @pytest.mark.asyncio
@@ -635,7 +609,7 @@ async def test_a_history_provider_failing_ends_the_turn_and_the_next_turn_works(
     with pytest.raises(ConnectionError):
         await send(agent, "weather?")
     assert history.messages == ()
-    assert len(client.requests) == (0 if where == "load" else 2)
+    assert len(client.sent) == (0 if where == "load" else 2)
     history.broken = False
     await send(agent, "thanks")
     assert next(m.content for m in history.messages) == "thanks"
@@ -660,7 +634,7 @@ async def test_an_async_context_provider_is_awaited_and_its_messages_are_never_s
     await send(agent, "a")
     await send(agent, "b")
     assert facts.seen == [("a",), ("a", "one", "b")]
-    assert [m.source for m in client.requests[1][:2]] == [CONTEXT, CONTEXT]
+    assert [m.source for m in client.sent[1][:2]] == [CONTEXT, CONTEXT]
     assert [m.content for m in history.messages] == ["a", "one", "b", "two"]
 
 
@@ -693,7 +667,7 @@ async def test_a_turn_disposed_mid_tool_saves_nothing_and_the_next_turn_is_clean
     assert cancelled == [True]
     assert [m.content for m in history.messages] == ["earlier", "earlier reply"]
     response = await send(agent, "second")
-    assert [m.content for m in client.requests[-1]] == ["earlier", "earlier reply", "second"]
+    assert [m.content for m in client.sent[-1]] == ["earlier", "earlier reply", "second"]
     assert [m.content for m in history.messages] == ["earlier", "earlier reply", "second", "fresh"]
     assert response.text == "fresh"
 
