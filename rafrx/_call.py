@@ -23,9 +23,9 @@ import contextvars
 import functools
 import inspect
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Final, TypeVar
+from typing import Any, Final
 
-__all__ = ["SYNC_THREADS", "call_function", "call_on", "is_async", "without_frames"]
+__all__ = ["SYNC_THREADS", "call_function", "call_on", "is_async"]
 
 SYNC_THREADS: Final = concurrent.futures.ThreadPoolExecutor(
     max_workers=256, thread_name_prefix="rafrx-sync"
@@ -87,19 +87,3 @@ def call_on(loop: asyncio.AbstractEventLoop, callback: Callable[[], object]) -> 
         callback()
     elif not loop.is_closed():
         loop.call_soon_threadsafe(callback)
-
-
-E = TypeVar("E", bound=BaseException)
-
-
-def without_frames(error: E) -> E:
-    """``error`` with no traceback and no context, to re-raise from a task that keeps it.
-
-    A task keeps the ``CancelledError`` it ends with; with its traceback, the
-    error holds the task's frames and what they hold (a call, its runner, the
-    client), which lead back to the task: a cycle only the cycle collector
-    frees, so a client dropped after a dispose would close its session late
-    ("Unclosed client session"). Raise it ``from None``.
-    """
-    error.__context__ = None
-    return error.with_traceback(None)

@@ -45,6 +45,7 @@ from reactivex import Observable, abc
 from reactivex.disposable import Disposable
 
 from rafrx._call import call_on
+from rafrx._cycles import Outcome
 from rafrx.errors import MaxStepsExceeded, RafrxError
 from rafrx.history import ContextProvider, HistoryProvider
 from rafrx.messages import ChatMessage, MessageSource
@@ -317,6 +318,7 @@ class _Turn:
             if isinstance(error, RafrxError) and error.partial is None:
                 error.partial = self.turn.failed(error)
             self.terminate(self.observer.on_error, error)
+            del error  # this frame is in its traceback: no cycle
         else:
             self.terminate(self.observer.on_completed)
 
@@ -366,7 +368,7 @@ class _Turn:
     async def step(self, messages: Sequence[ChatMessage]) -> AgentResponse:
         """One LLM call and its tool runs; every result is forwarded downstream."""
         agent = self.agent
-        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        done: Outcome[None] = Outcome()
         step = ResponseAggregator(agent.id)
 
         def on_next(result: AgentResponseResult) -> None:
@@ -377,24 +379,15 @@ class _Turn:
             try:
                 self.observer.on_next(result)
             except Exception as exc:  # a downstream callback failed: end the turn with it
-                if not done.done():
-                    done.set_exception(exc)
-
-        def on_error(error: Exception) -> None:
-            if not done.done():
-                done.set_exception(error)
-
-        def on_completed() -> None:
-            if not done.done():
-                done.set_result(None)
+                done.set_exception(exc)
 
         tools = tuple(as_tool(t) for t in agent.tools)  # (assigned ones may be plain functions)
         source = agent.client.stream(tuple(messages), tools or None)
         results = source.pipe(convert(eager=agent.eager_tools), agent._executor())
-        subscription = results.subscribe(on_next, on_error, on_completed)
+        subscription = results.subscribe(on_next, done.set_exception, lambda: done.set_result(None))
         self.current = subscription
         try:
-            await done
+            await done.wait()
         finally:
             self.current = None
             subscription.dispose()

@@ -50,6 +50,7 @@ from typing import Any, Final, final
 
 import attrs
 
+from rafrx._cycles import detached
 from rafrx.errors import ContentTypeError, LimitExceeded
 
 __all__ = [
@@ -241,7 +242,8 @@ class SSEDecoder:
         Once set, :meth:`feed` raises it. It can be set by a :meth:`feed` that
         returned events (those completed before the offending line or event):
         a reader should then stop reading and call :meth:`close`, which raises
-        it.
+        it. What is raised is a copy each time: the kept error never holds a
+        traceback, nor through it this decoder (a reference cycle).
         """
         return self._error
 
@@ -266,7 +268,7 @@ class SSEDecoder:
         """
         if self._error is not None:
             self._pending = False
-            raise self._error
+            raise detached(self._error)  # (raising the kept one would make a cycle: see _fail)
         # Incremental UTF-8 decoding, as codecs.getincrementaldecoder("utf-8")
         # does it (same primitive, same result) minus a Python-level layer.
         if self._held:
@@ -325,7 +327,7 @@ class SSEDecoder:
         pending = self._error if self._pending else None
         self._reset()
         if pending is not None:
-            raise pending
+            raise detached(pending)
         return []
 
     # ------------------------------------------------------------ internals
@@ -548,8 +550,9 @@ class SSEDecoder:
         )
 
     def _fail(self, err: LimitExceeded) -> None:
+        """Keep ``err`` to raise again (a copy: ``err``'s traceback holds this decoder)."""
         self._reset()  # free the buffers
-        self._error = err
+        self._error = detached(err)
 
 
 def _parse_retry(value: str) -> int | None:

@@ -59,7 +59,8 @@ from typing import Any, Final, final, overload
 
 import attrs
 
-from rafrx._call import call_function, is_async, without_frames
+from rafrx._call import call_function, is_async
+from rafrx._cycles import without_frames
 from rafrx._docstrings import parse_docstring
 from rafrx._schema import Binder, ConversionError, function_schema
 from rafrx._schema_check import check, check_object, show
@@ -270,6 +271,8 @@ class Tool:
             raise
         except BaseException as exc:  # any other: a CancelledError it raised, GreenletExit …
             raise self._raised(exc) from exc
+        finally:
+            del running, finished  # the task holds the error, whose traceback holds this frame
 
     async def _call(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
         try:

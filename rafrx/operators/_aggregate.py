@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 from typing import Any
 
 import attrs
 from reactivex import Observable
 
+from rafrx._cycles import Outcome
 from rafrx._fragments import COMPACT_AT, compact, joined
 from rafrx.content import (
     ReasoningContent,
@@ -283,26 +283,18 @@ async def collect_agent_response(
         RafrxError: the stream's error, with ``.partial`` holding what arrived.
 
     Example:
-        >>> import reactivex
+        >>> import asyncio, reactivex
         >>> from rafrx import updates as u
         >>> from rafrx.operators import convert
         >>> results = reactivex.of(u.TextDelta("Hi "), u.TextDelta("there")).pipe(convert())
         >>> asyncio.run(collect_agent_response(results)).text
         'Hi there'
     """
-    loop = asyncio.get_running_loop()
-    future: asyncio.Future[AgentResponse] = loop.create_future()
-
-    def on_next(response: AgentResponse) -> None:
-        if not future.done():
-            future.set_result(response)
-
-    def on_error(error: Exception) -> None:
-        if not future.done():
-            future.set_exception(error)
-
-    subscription = results.pipe(aggregate(agent_id)).subscribe(on_next, on_error)
+    outcome: Outcome[AgentResponse] = Outcome()
+    subscription = results.pipe(aggregate(agent_id)).subscribe(
+        outcome.set_result, outcome.set_exception
+    )
     try:
-        return await future
+        return await outcome.wait()
     finally:
         subscription.dispose()

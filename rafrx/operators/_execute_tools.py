@@ -11,7 +11,8 @@ from typing import Any, TypeAlias
 from reactivex import Observable, abc
 from reactivex.disposable import CompositeDisposable, Disposable, SingleAssignmentDisposable
 
-from rafrx._call import call_function, call_on, without_frames
+from rafrx._call import call_function, call_on
+from rafrx._cycles import without_frames
 from rafrx.content import ToolCalledContent, ToolCallingContent
 from rafrx.errors import (
     InvalidToolArguments,

@@ -407,8 +407,12 @@ class _Last(abc.ObserverBase[A]):
         self._ended = True
 
     def value(self) -> A:
-        if self._error is not None:
-            raise self._error
+        error, self._error = self._error, None
+        if error is not None:
+            try:
+                raise error
+            finally:
+                del error  # this frame is in its traceback: no cycle
         if not self._ended:  # a SyncSource always ends during subscribe
             raise RuntimeError("the synchronous source did not end")
         if not self._items:

@@ -12,6 +12,7 @@ Example:
 
 from __future__ import annotations
 
+from rafrx._cycles import detached
 from rafrx.errors import RafrxError
 from rafrx.sources.dialects import DialectFactory, get_dialect
 from rafrx.sse import DEFAULT_MAX_EVENT_BYTES, DEFAULT_MAX_LINE_BYTES, SSEDecoder
@@ -91,7 +92,7 @@ class UpdateDecoder:
                 dialect's ``ProviderError`` / ``MalformedEvent``.
         """
         if self._error is not None:
-            raise self._error
+            raise detached(self._error)
         dialect = self._dialect
         if dialect.done:
             return []
@@ -107,14 +108,14 @@ class UpdateDecoder:
             except RafrxError as err:
                 if not out:
                     raise
-                self._error = err
+                self._error = detached(err)  # (err's traceback holds this decoder)
                 return out
             if dialect.done:
                 return out  # whatever follows the terminal marker is ignored
         if sse.error is not None:  # a limit exceeded after these events
             self._error = sse.error
             if not out:
-                raise sse.error
+                raise detached(sse.error)
         return out
 
     def close(self) -> list[AgentResponseUpdate]:
@@ -125,7 +126,7 @@ class UpdateDecoder:
             RafrxError: The error kept by :meth:`feed`.
         """
         if self._error is not None:
-            raise self._error
+            raise detached(self._error)
         # No SSEDecoder.close(): an unfinished event is dropped anyway, and a limit
         # exceeded after the terminal marker is not an error (feed() kept any other).
         return self._dialect.close()

@@ -51,7 +51,7 @@ from reactivex import Observable, abc
 from reactivex.disposable import Disposable
 from yarl import URL
 
-from rafrx._call import without_frames
+from rafrx._cycles import without_frames
 from rafrx._redaction import secret_prefix_at
 from rafrx.errors import (
     ConnectTimeout,
@@ -666,7 +666,10 @@ class _StreamCall:
             error = self._send_error(exc)
         # Raised out here, not in the handler: the error gets no __context__, as
         # aiohttp's exception holds the request (its headers and full URL).
-        raise error
+        try:
+            raise error
+        finally:
+            del error  # this frame is in its traceback: no cycle
 
     def _send_error(self, exc: Exception) -> RafrxError:
         """The typed error for ``exc``, raised while sending, without its secrets."""
@@ -735,7 +738,11 @@ class _StreamCall:
                 f"after {self.delivered} update(s): {type(exc).__name__}: {exc}"
             )
             error = StreamInterrupted(redact(message, self.request.secrets))
-        raise error  # out of the handlers: no __context__ (see _send)
+            exc.__traceback__ = None  # aiohttp's reader keeps it: no frame of this call in it
+        try:
+            raise error  # out of the handlers: no __context__ (see _send)
+        finally:
+            del error
 
     async def _read_text(self, response: aiohttp.ClientResponse, limit: int) -> str:
         data = bytearray()

@@ -565,7 +565,9 @@ def test_feeding_after_a_kept_error_raises_it_then_close_is_clean() -> None:
     assert (decoder.last_event_id, decoder.retry) == ("7", 9)
     with pytest.raises(LimitExceeded) as raised:
         decoder.feed(b"data: more\n\n")
-    assert raised.value is kept
+    assert (str(raised.value), raised.value.limit) == (str(kept), kept.limit)
+    assert raised.value is not kept  # a copy, so that the kept one holds no traceback
+    assert kept.__traceback__ is None
     with pytest.raises(LimitExceeded):
         decoder.feed(b"")
     assert decoder.close() == []  # raised already: not again

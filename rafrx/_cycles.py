@@ -1,0 +1,105 @@
+"""Raising errors without reference cycles, so that a failed stream is freed at once.
+
+A raised exception's traceback holds every frame it passed through, and each
+frame its locals. When one of those locals leads back to the exception (an
+object keeping it to raise again, a future holding it, the variable it was
+raised from), the failure makes a cycle: only the cycle collector frees it,
+which may be much later, so a client dropped after an error would close its
+connections late ("Unclosed client session"). The helpers here keep frames
+and errors apart:
+
+* :func:`without_frames` strips a ``CancelledError`` a task keeps;
+* :func:`detached` copies an error an object keeps, to raise the copy;
+* :class:`Outcome` is a future for one result or error whose ``wait()``
+  raises the error without the awaiting frame keeping it.
+
+Example:
+    >>> from rafrx.errors import MalformedEvent
+    >>> kept = MalformedEvent("bad event", raw="{")
+    >>> copy = detached(kept)
+    >>> copy is not kept, type(copy), copy.raw, copy.__traceback__
+    (True, <class 'rafrx.errors.MalformedEvent'>, '{', None)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from typing import Generic, TypeVar
+
+__all__ = ["Outcome", "detached", "without_frames"]
+
+E = TypeVar("E", bound=BaseException)
+T = TypeVar("T")
+
+
+def without_frames(error: E) -> E:
+    """``error`` with no traceback and no context, to re-raise from a task that keeps it.
+
+    A task keeps the ``CancelledError`` it ends with; with its traceback, the
+    error holds the task's frames and what they hold (a call, its runner, the
+    client), which lead back to the task. Raise it ``from None``.
+    """
+    error.__context__ = None
+    return error.with_traceback(None)
+
+
+def detached(error: E) -> E:
+    """A copy of ``error`` (same type and attributes) with no traceback, cause or context.
+
+    For an error an object keeps to raise again: raising the kept one would
+    give it a traceback holding the raising frame, and so the object itself.
+    Keep a detached copy and raise a new detached copy each time.
+    """
+    return copy.copy(error)
+
+
+class Outcome(Generic[T]):
+    """The one result or error of a subscription, for a coroutine to await.
+
+    Unlike an ``asyncio.Future``, it lets go of the error as :meth:`wait`
+    raises it: a future keeps its exception, and the awaiting frame (which
+    holds the future) ends up in that exception's traceback.
+
+    Example:
+        >>> async def main() -> str:
+        ...     outcome: Outcome[str] = Outcome()
+        ...     asyncio.get_running_loop().call_soon(outcome.set_result, "done")
+        ...     return await outcome.wait()
+        >>> asyncio.run(main())
+        'done'
+    """
+
+    __slots__ = ("_error", "_ready", "_value")
+    _value: T  # set with _ready
+
+    def __init__(self) -> None:
+        self._ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._error: BaseException | None = None
+
+    def done(self) -> bool:
+        """Whether a result or an error was set (only the first one counts)."""
+        return self._ready.done()
+
+    def set_result(self, value: T) -> None:
+        """Settle with ``value``, unless already settled."""
+        if not self._ready.done():
+            self._value = value
+            self._ready.set_result(None)
+
+    def set_exception(self, error: BaseException) -> None:
+        """Settle with ``error``, unless already settled."""
+        if not self._ready.done():
+            self._error = error
+            self._ready.set_result(None)
+
+    async def wait(self) -> T:
+        """The result, once set; raises the error (once: it is not kept)."""
+        await self._ready
+        error, self._error = self._error, None
+        if error is not None:
+            try:
+                raise error
+            finally:
+                del error  # this frame is in its traceback
+        return self._value
