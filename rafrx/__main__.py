@@ -371,7 +371,7 @@ async def _chat(args: argparse.Namespace) -> int:
 async def _serve(args: argparse.Namespace) -> int:
     from rafrx.testing import LLMServer
 
-    server = LLMServer(args.host, args.port)
+    server = LLMServer(args.host, args.port, keep_requests=0)  # runs for days: record none
     server.script(demo_script(args.speed))
     try:
         await server.start()
@@ -392,7 +392,7 @@ async def _serve(args: argparse.Namespace) -> int:
         await stop.wait()
     finally:
         await server.close()
-    print(f"stopped after {len(server.requests)} request(s)", flush=True)
+    print(f"stopped after {server.request_count} request(s)", flush=True)
     return 0
 
 

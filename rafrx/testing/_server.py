@@ -113,6 +113,9 @@ class LLMServer:
         host: The interface to listen on.
         port: The port; ``0`` picks a free one.
         default: The answer when the queue is empty and no script is set.
+        keep_requests: How many of the latest requests :attr:`requests` keeps
+            (``None``: all of them, for tests); :attr:`request_count` counts
+            every one. ``rafrx serve``, which runs for days, keeps none.
 
     Example:
         >>> import asyncio
@@ -130,13 +133,22 @@ class LLMServer:
     """
 
     def __init__(
-        self, host: str = "127.0.0.1", port: int = 0, *, default: ServerResponse = DEFAULT_REPLY
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        default: ServerResponse = DEFAULT_REPLY,
+        keep_requests: int | None = None,
     ) -> None:
+        if keep_requests is not None and keep_requests < 0:
+            raise ValueError(f"keep_requests must be at least 0 or None, got {keep_requests}")
         self.host = host
         self._requested_port = port  # 0: a free one, on each start
         self._port = port
         self.default: ServerResponse = default
         self.requests: list[RecordedRequest] = []
+        self.request_count = 0  # every request since the start (or reset()), kept or not
+        self.keep_requests = keep_requests
         self.connections_opened = 0
         self.connections_closed = 0
         self._queue: deque[ServerResponse] = deque()
@@ -149,7 +161,7 @@ class LLMServer:
 
     def __repr__(self) -> str:
         where = self.url if self._runner is not None else "not started"
-        return f"LLMServer({where}, requests={len(self.requests)}, queued={len(self._queue)})"
+        return f"LLMServer({where}, requests={self.request_count}, queued={len(self._queue)})"
 
     # ------------------------------------------------------------ lifecycle
 
@@ -292,6 +304,7 @@ class LLMServer:
             self._queue.clear()
             self._script = None
             self.requests.clear()
+            self.request_count = 0
 
     # ------------------------------------------------------------ connections
 
@@ -343,7 +356,7 @@ class LLMServer:
 
     async def wait_requests(self, count: int, timeout: float = 5.0) -> None:
         """Wait until at least ``count`` requests have arrived."""
-        await self.wait_until(lambda: len(self.requests) >= count, timeout)
+        await self.wait_until(lambda: self.request_count >= count, timeout)
 
     # ------------------------------------------------------------ handling
 
@@ -367,6 +380,13 @@ class LLMServer:
             return Fault.status(500, message=message)
         return answer
 
+    def _record(self, request: RecordedRequest) -> None:
+        with self._lock:
+            self.request_count += 1
+            self.requests.append(request)
+            if self.keep_requests is not None and len(self.requests) > self.keep_requests:
+                del self.requests[: len(self.requests) - self.keep_requests]
+
     async def _handle(self, request: web.BaseRequest) -> web.StreamResponse:
         raw = await request.read()
         try:
@@ -376,7 +396,7 @@ class LLMServer:
         recorded = RecordedRequest.build(
             request.path, request.headers.items(), body, request.method, request.query.items()
         )
-        self.requests.append(recorded)
+        self._record(recorded)
         self._notify()
         wire_format = WIRE_FORMATS.get(request.path)
         if wire_format is None:

@@ -703,3 +703,32 @@ async def test_a_client_that_hangs_up_mid_stream_leaves_the_server_healthy(
     assert parse(body, fmt).text == "next"
     await asyncio.sleep(0.1)  # let the abandoned handler notice
     assert loop_errors == []
+
+
+# ---------------------------------------------------------------- keep_requests
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("keep", [0, 2])
+async def test_keep_requests_bounds_what_is_recorded_and_counts_every_request(keep: int) -> None:
+    async with LLMServer(keep_requests=keep) as server, aiohttp.ClientSession() as http:
+        for i in range(5):
+            body = {
+                "model": "m",
+                "stream": True,
+                "messages": [{"role": "user", "content": f"q{i}"}],
+            }
+            async with http.post(server.url + "/v1/chat/completions", json=body) as resp:
+                await resp.read()
+        await server.wait_requests(5)  # counts every request, kept or not
+        assert server.request_count == 5
+        kept = [r.body["messages"][0]["content"] for r in server.requests]
+        assert kept == ["q3", "q4"][2 - keep :]
+        assert "requests=5" in repr(server)
+        server.reset()
+        assert (server.request_count, server.requests) == (0, [])
+
+
+def test_keep_requests_must_not_be_negative() -> None:
+    with pytest.raises(ValueError, match="keep_requests"):
+        LLMServer(keep_requests=-1)
