@@ -151,6 +151,7 @@ class LiveView:
 
     def _finish(self, response: AgentResponse | None, error: Exception | None) -> None:
         self._done = True
+        self._subscription = None  # it holds this view's callbacks: no cycle
         self._response, self._error = response, error
         try:
             self._render(final=True)

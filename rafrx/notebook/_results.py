@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from reactivex import Observable, abc
+from reactivex.disposable import CompositeDisposable, SingleAssignmentDisposable
 from reactivex.subject import Subject
 
 from rafrx.operators import convert
@@ -37,6 +38,7 @@ def as_results(source: Observable[Any]) -> Observable[AgentResponseResult]:
         observer: abc.ObserverBase[AgentResponseResult], scheduler: abc.SchedulerBase | None = None
     ) -> abc.DisposableBase:
         target: list[abc.ObserverBase[Any]] = []
+        converting = SingleAssignmentDisposable()  # disposed with the subscription: no cycle
 
         def sink(item: Any) -> abc.ObserverBase[Any]:
             if not target:
@@ -44,7 +46,7 @@ def as_results(source: Observable[Any]) -> Observable[AgentResponseResult]:
                     target.append(observer)
                 else:
                     subject: Subject[Any] = Subject()
-                    subject.pipe(convert()).subscribe(observer)
+                    converting.disposable = subject.pipe(convert()).subscribe(observer)
                     target.append(subject)
             return target[0]
 
@@ -57,6 +59,7 @@ def as_results(source: Observable[Any]) -> Observable[AgentResponseResult]:
         def on_completed() -> None:
             (target[0] if target else observer).on_completed()
 
-        return source.subscribe(on_next, on_error, on_completed, scheduler=scheduler)
+        upstream = source.subscribe(on_next, on_error, on_completed, scheduler=scheduler)
+        return CompositeDisposable(upstream, converting)
 
     return Observable(subscribe)
