@@ -25,7 +25,10 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import functools
 from typing import Generic, TypeVar
+
+from rafrx._call import call_on
 
 __all__ = ["Outcome", "detached", "without_frames"]
 
@@ -82,13 +85,19 @@ class Outcome(Generic[T]):
         return self._ready.done()
 
     def set_result(self, value: T) -> None:
-        """Settle with ``value``, unless already settled."""
+        """Settle with ``value``, unless already settled (from any thread)."""
+        call_on(self._ready.get_loop(), functools.partial(self._set_result, value))
+
+    def set_exception(self, error: BaseException) -> None:
+        """Settle with ``error``, unless already settled (from any thread)."""
+        call_on(self._ready.get_loop(), functools.partial(self._set_exception, error))
+
+    def _set_result(self, value: T) -> None:
         if not self._ready.done():
             self._value = value
             self._ready.set_result(None)
 
-    def set_exception(self, error: BaseException) -> None:
-        """Settle with ``error``, unless already settled."""
+    def _set_exception(self, error: BaseException) -> None:
         if not self._ready.done():
             self._error = error
             self._ready.set_result(None)

@@ -305,8 +305,9 @@ class _Turn:
     def stop(self) -> None:
         """Dispose of the running step now; nothing is forwarded after this."""
         self.stopped = True
-        if self.current is not None:
-            self.current.dispose()
+        current = self.current  # (read once: the step may end meanwhile, on the loop's thread)
+        if current is not None:
+            current.dispose()
 
     async def run(self) -> None:
         try:

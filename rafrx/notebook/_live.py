@@ -18,6 +18,7 @@ Example:
 from __future__ import annotations
 
 import asyncio
+import functools
 import math
 import time
 from collections.abc import Generator
@@ -25,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from reactivex import Observable, abc
 
+from rafrx._call import call_on
 from rafrx.errors import error_text
 from rafrx.notebook._display import Display, DisplayHandle, default_display
 from rafrx.notebook._render import LiveSnapshot, live_html, live_text
@@ -156,9 +158,8 @@ class LiveView:
         try:
             self._render(final=True)
         finally:  # a display that fails must not leave `await view` waiting forever
-            for waiter in self._waiters:
-                if not waiter.done():
-                    waiter.set_result(None)
+            for waiter in self._waiters:  # on their loop's thread: the stream may end on another
+                call_on(waiter.get_loop(), functools.partial(_wake, waiter))
             self._waiters.clear()
 
     # -- rendering
@@ -223,3 +224,8 @@ def live(
             response = await live(client.stream([ChatMessage.user("Hi")]))
     """
     return LiveView(observable, display=display, interval=interval, agent_id=agent_id)
+
+
+def _wake(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import functools
 import logging
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, TypeAlias
@@ -72,6 +73,7 @@ class _Runner:
         self.concurrency = concurrency
         self.semaphore: asyncio.Semaphore | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
+        self.home = _running_loop()  # where answers and disposal go before a tool starts
         self.tasks: set[asyncio.Task[None]] = set()
         self.seen: set[str] = set()
         self.answers: dict[str, ToolApprovalResponse] = {}
@@ -122,7 +124,18 @@ class _Runner:
                 {"message": "rafrx.execute_tools: an observer raised", "exception": exc}
             )
 
+    def on_loop(self, fn: Callable[..., None], *args: Any) -> None:
+        """``fn(*args)`` on the loop's thread: the approver may answer from any (a UI's)."""
+        loop = self.loop or self.home
+        if loop is None:
+            fn(*args)
+        else:
+            call_on(loop, functools.partial(fn, *args))
+
     def on_answer(self, answer: ToolApprovalResponse) -> None:
+        self.on_loop(self.take_answer, answer)
+
+    def take_answer(self, answer: ToolApprovalResponse) -> None:
         future = self.waiting.pop(answer.call_id, None)
         if future is None:
             self.answers.setdefault(answer.call_id, answer)  # the first answer counts
@@ -131,6 +144,9 @@ class _Runner:
 
     def on_answers_end(self, error: Exception | None = None) -> None:
         """The approver observable ended: no answer can come, so every request is denied."""
+        self.on_loop(self.close_answers, error)
+
+    def close_answers(self, error: Exception | None) -> None:
         why = "completed" if error is None else f"failed ({type(error).__name__})"
         self.answers_closed = f"the approver {why} before answering"
         for call_id, future in list(self.waiting.items()):
@@ -141,10 +157,7 @@ class _Runner:
     def stop(self) -> None:
         self.stopped = True
         self.upstream.dispose()
-        if self.loop is None:
-            self.cancel()
-        else:  # (disposing may come from another thread)
-            call_on(self.loop, self.cancel)
+        self.on_loop(self.cancel)  # (disposing may come from another thread)
 
     def cancel(self) -> None:
         """Cancel the running tools and the approvals awaited (on the loop's thread)."""
@@ -257,6 +270,13 @@ class _Runner:
         else:  # (a sync approver may block, a terminal prompt: it runs in a worker thread)
             answer = await call_function(approver, (request,), {})
         _check_answer(answer, call)
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
 
 
 def _being_cancelled() -> bool:

@@ -351,8 +351,9 @@ class SessionPool:
         owned = self._owned.get(loop)
         if owned is not None and not owned[0].closed:
             return owned[0]
-        for other in [other for other in self._owned if other.is_closed()]:
-            del self._owned[other]
+        for other in list(self._owned):  # (a snapshot: threads with loops of their own share it)
+            if other.is_closed():
+                self._owned.pop(other, None)
         session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=0),
             timeout=aiohttp.ClientTimeout(total=None),
