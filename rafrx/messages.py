@@ -28,6 +28,7 @@ import attrs
 
 __all__ = [
     "ANTHROPIC_THINKING",
+    "OPENAI_CALL_EXTRA",
     "OPENAI_REASONING",
     "ChatMessage",
     "MessageRole",
@@ -194,7 +195,8 @@ class ChatMessage:
         ``reasoning`` goes out as ``reasoning_content`` (DeepSeek's field). A
         call without an id, and a TOOL message with a ``name`` but no
         ``tool_call_id``, go out as OpenAI's legacy ``function_call`` and
-        ``function`` message (as :meth:`from_openai` reads them).
+        ``function`` message (as :meth:`from_openai` reads them). A call's
+        ``extra_content`` kept in ``provider_data`` goes back on the call.
 
         Example:
             >>> ChatMessage("tool", "12:00", name="now").to_openai()
@@ -210,11 +212,13 @@ class ChatMessage:
             out["function_call"] = {"name": call.name, "arguments": call.arguments_json()}
             out["content"] = self.content or None
         elif self.tool_calls:  # never "tool_calls": [] (OpenAI rejects an empty array)
+            extras = _call_extras(self)  # (Gemini refuses a call without its signature)
             out["tool_calls"] = [
                 {
                     "id": call.id,
                     "type": "function",
                     "function": {"name": call.name, "arguments": call.arguments_json()},
+                    **({"extra_content": extras[call.id]} if call.id in extras else {}),
                 }
                 for call in self.tool_calls
             ]
@@ -236,7 +240,8 @@ class ChatMessage:
         models) is read as SYSTEM. The legacy ``function_call`` of an
         assistant becomes a call with no id, the ``function`` message
         answering it a TOOL message with its ``name`` and no ``tool_call_id``;
-        :meth:`to_openai` sends both back as they came, and
+        a call's ``extra_content`` is kept in ``provider_data``
+        (:data:`OPENAI_CALL_EXTRA`); :meth:`to_openai` sends all of it back as it came, and
         :func:`with_call_ids` pairs them for the other wire formats.
 
         Example:
@@ -248,6 +253,11 @@ class ChatMessage:
         if calls is None and data.get("function_call") is not None:
             calls = [{"function": data["function_call"]}]  # legacy: one call, no id
         role = data["role"]
+        extras = tuple(
+            {"type": "tool_call_extra", "call_id": c["id"], "extra_content": c["extra_content"]}
+            for c in calls or ()
+            if isinstance(c, Mapping) and c.get("id") and c.get("extra_content") is not None
+        )
         return cls(
             _ROLE_ALIASES.get(role) or MessageRole(role),
             _text_of(data.get("content")),
@@ -255,6 +265,7 @@ class ChatMessage:
             tool_calls=[_call_from_openai(c) for c in calls] if calls else None,
             tool_call_id=data.get("tool_call_id"),
             reasoning=data.get("reasoning_content"),
+            provider_data={OPENAI_CALL_EXTRA: copy.deepcopy(extras)} if extras else None,
         )
 
     def _repr_html_(self) -> str:
@@ -413,11 +424,17 @@ ANTHROPIC_THINKING = "anthropic_thinking"
 #: ``provider_data`` key holding an assistant message's OpenAI Responses reasoning items.
 OPENAI_REASONING = "openai_reasoning"
 
+#: ``provider_data`` key holding the ``extra_content`` of an assistant message's chat tool
+#: calls (Gemini's ``thought_signature``), as ``{"type": "tool_call_extra", "call_id": ...,
+#: "extra_content": ...}`` blocks.
+OPENAI_CALL_EXTRA = "openai_call_extra"
+
 
 def provider_data_of(blocks: Iterable[Any]) -> dict[str, tuple[Any, ...]] | None:
     """The ``provider_data`` of an assistant message that streamed ``blocks``.
 
-    Responses ``reasoning`` items go under :data:`OPENAI_REASONING`, every
+    Responses ``reasoning`` items go under :data:`OPENAI_REASONING`, chat
+    tool calls' ``extra_content`` under :data:`OPENAI_CALL_EXTRA`, every
     other block (Anthropic thinking) under :data:`ANTHROPIC_THINKING`, so each
     wire format sends back only its own; ``None`` when there are none.
 
@@ -427,9 +444,23 @@ def provider_data_of(blocks: Iterable[Any]) -> dict[str, tuple[Any, ...]] | None
     """
     grouped: dict[str, list[Any]] = {}
     for block in blocks:
-        is_item = isinstance(block, Mapping) and block.get("type") == "reasoning"
-        grouped.setdefault(OPENAI_REASONING if is_item else ANTHROPIC_THINKING, []).append(block)
+        kind = block.get("type") if isinstance(block, Mapping) else None
+        key = _BLOCK_KEYS.get(kind) if isinstance(kind, str) else None
+        grouped.setdefault(key or ANTHROPIC_THINKING, []).append(block)
     return {key: tuple(kept) for key, kept in grouped.items()} or None
+
+
+_BLOCK_KEYS = {"reasoning": OPENAI_REASONING, "tool_call_extra": OPENAI_CALL_EXTRA}
+
+
+def _call_extras(message: ChatMessage) -> dict[str, Any]:
+    """call id → its tool call's ``extra_content`` (see :data:`OPENAI_CALL_EXTRA`)."""
+    blocks = message.provider_data.get(OPENAI_CALL_EXTRA, ()) if message.provider_data else ()
+    return {
+        b["call_id"]: copy.deepcopy(b["extra_content"])
+        for b in blocks
+        if isinstance(b, Mapping) and "call_id" in b and "extra_content" in b
+    }
 
 
 def to_anthropic(messages: Iterable[ChatMessage]) -> tuple[str | None, list[dict[str, Any]]]:

@@ -107,6 +107,7 @@ _PROVIDER_REASONS: dict[str, FinishReason] = {
     "stop_sequence": FinishReason.STOP,
     "pause_turn": FinishReason.STOP,
     "tool_use": FinishReason.TOOL_CALLS,
+    "model_context_window_exceeded": FinishReason.LENGTH,
     "refusal": FinishReason.CONTENT_FILTER,
     # Responses API statuses and incomplete reasons
     "completed": FinishReason.STOP,

@@ -51,11 +51,11 @@ def split_legacy_delta() -> Operator[AgentResponseUpdate, AgentResponseUpdate]:
     Each wire index becomes one call: ``ToolCallStart`` as soon as it has a
     name (arguments that arrive earlier are held back until then), with the
     first non-empty id seen, else a generated one; a different non-empty id
-    on a known index starts a new call, and so does a different name (a
-    provider sending every call whole at index 0 without ids), while an id
+    on a known index starts a new call, and so does a different name, or the
+    same name again with arguments starting an object after a complete one
+    (a provider sending every call whole at index 0 without ids), while an id
     that comes after a generated one continues the call. ``ToolCallArgs`` per
-    non-empty delta;
-    ``ToolCallEnd`` for every open call, in start order, just before
+    non-empty delta; ``ToolCallEnd`` for every open call, in start order, just before
     ``Finish`` (or at completion). Other updates pass unchanged.
 
     .. marble::

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Sequence
 
@@ -28,7 +29,7 @@ def new_call_id() -> str:
 class _Slot:
     """The call currently open at one wire index."""
 
-    __slots__ = ("generated", "held", "id", "name", "started", "wire_id")
+    __slots__ = ("generated", "held", "id", "name", "named_args", "started", "wire_id")
 
     def __init__(self, call_id: str | None) -> None:
         self.id = call_id  # the call's id in the updates: unique within the response
@@ -37,19 +38,38 @@ class _Slot:
         self.name: str | None = None
         self.started = False
         self.held: list[str] = []
+        self.named_args: list[str] = []  # the arguments of the deltas that carried the name
 
     def is_new_call(self, delta: ToolCallDelta) -> bool:
         """Whether ``delta`` starts another call at this index.
 
         It does when it brings a different id (one the provider sent: an id
-        that comes after ours was generated continues the call) or a
-        different name (a call's name never changes: a provider that sends
-        every call whole at index 0 without ids).
+        that comes after ours was generated continues the call), a different
+        name (a call's name never changes), or the same name again with
+        arguments that start a new object after a complete one (a provider
+        that sends every call whole at index 0 without ids: Ollama, Gemini
+        adapters calling one function twice).
         """
         return bool(
             (delta.id and self.wire_id and delta.id != self.wire_id)
-            or (delta.name and self.name is not None and delta.name != self.name)
+            or (
+                delta.name
+                and self.name is not None
+                and (delta.name != self.name or self._restarts(delta.arguments_delta))
+            )
         )
+
+    def _restarts(self, arguments: str) -> bool:
+        if not arguments.lstrip().startswith("{"):
+            return False
+        whole = "".join(self.named_args)
+        if not whole.rstrip().endswith("}"):  # (cheap: a provider repeating the name on
+            return False  # every fragment is parsed only where one may end)
+        try:
+            json.loads(whole)
+        except (ValueError, RecursionError):
+            return False
+        return True
 
 
 def _check_named(index: int, slot: _Slot) -> None:
@@ -100,7 +120,7 @@ class LegacyDeltaSplitter:
         slot = self._slots.get(delta.index)
         if slot is None or not slot.started:
             return None
-        if (delta.id and delta.id != slot.wire_id) or (delta.name and delta.name != slot.name):
+        if (delta.id and delta.id != slot.wire_id) or delta.name:
             return None  # maybe a new call: step() decides
         return slot.id
 
@@ -120,6 +140,8 @@ class LegacyDeltaSplitter:
             slot = self._slots[delta.index] = _Slot(delta.id or None)
         elif delta.id and not slot.id:
             slot.id = slot.wire_id = delta.id
+        if delta.name:
+            slot.named_args.append(delta.arguments_delta)
         out: list[AgentResponseUpdate] = []
         if delta.name and slot.name is None:
             slot.name = delta.name

@@ -13,10 +13,16 @@ OpenAI-compatible endpoint, Mistral, vLLM, llama.cpp, xAI, Writer and others:
   without ``index`` (Ollama, Gemini, Mistral) that has a name or id starts a
   new call at the next free index, one without continues the last call.
   Arguments sent as an object are serialised with :func:`json.dumps`.
-  Explicit ``null`` fields count as absent (Writer).
-* ``finish_reason`` and ``usage``: the last non-null ones are kept and sent
-  once, as ``Finish(reason, usage)``, at ``data: [DONE]`` (or at the end of
-  input when a finish reason was seen: some servers omit ``[DONE]``).
+  Explicit ``null`` fields count as absent (Writer). The deprecated
+  ``delta.function_call`` is the call at index 0. A call's ``extra_content``
+  (Gemini's ``thought_signature``, which must go back with the call) →
+  ``ReasoningDelta("", provider_data={"type": "tool_call_extra", ...})``;
+* ``delta.annotations`` of type ``url_citation`` (search models) →
+  :class:`~rafrx.updates.Uri`;
+* ``finish_reason`` and ``usage`` (Groq's may come only in ``x_groq.usage``):
+  the last non-null ones are kept and sent once, as ``Finish(reason, usage)``,
+  at ``data: [DONE]`` (or at the end of input when a finish reason was seen:
+  some servers omit ``[DONE]``).
 
 Only choice index 0 is read: with ``n > 1`` the other choices are ignored.
 Chunks whose ``object`` is not ``chat.completion.chunk`` (Azure's
@@ -64,6 +70,7 @@ from rafrx.updates import (
     ResponseMetadata,
     TextDelta,
     ToolCallDelta,
+    Uri,
 )
 
 __all__ = ["OpenAIChatDialect", "chat_usage"]
@@ -102,6 +109,7 @@ class _ToolCall(msgspec.Struct):
     index: int | None = None
     id: str | None = None
     function: _Function | None = None
+    extra_content: None = None  # (Gemini's signature: the general path keeps it)
 
 
 class _Delta(msgspec.Struct):
@@ -110,6 +118,9 @@ class _Delta(msgspec.Struct):
     reasoning: str | None = None
     refusal: str | None = None
     tool_calls: list[_ToolCall] | None = None
+    # Rare members the general path reads (a value here does not fit: that path takes it):
+    function_call: None = None
+    annotations: None = None
 
 
 class _Choice(msgspec.Struct):
@@ -125,6 +136,7 @@ class _Chunk(msgspec.Struct):
     choices: list[_Choice] | None = None
     usage: dict[str, Any] | None = None
     error: None = None  # an error payload does not fit: the general path raises it
+    x_groq: None = None  # (Groq's usage may come only in there: the general path reads it)
 
 
 _fit_chunk = fitting(_Chunk)
@@ -190,9 +202,11 @@ class OpenAIChatDialect:
             index = choice.get("index")
             if index is None or (index == 0 and type(index) is not bool) or as_int(index) == 0:
                 self._choice(event, choice, out)
-        usage = chunk.get("usage")
+        usage = get_object(event, chunk, "usage")
+        if usage is None and chunk.get("x_groq") is not None:  # Groq's own place for it
+            usage = get_object(event, get_object(event, chunk, "x_groq") or {}, "usage")
         if usage is not None:
-            self._usage = get_object(event, chunk, "usage")
+            self._usage = usage
         return out
 
     def _typed_chunk(self, event: ServerSentEvent, chunk: _Chunk) -> list[AgentResponseUpdate]:
@@ -292,6 +306,16 @@ class OpenAIChatDialect:
                 out.append(TextDelta(refusal))
         if tool_calls is not None:
             self._tool_calls(event, tool_calls, out)
+        function_call = delta.get("function_call")
+        if function_call is not None:  # the deprecated functions API: one call, no id
+            update = self._tool_call(event, {"index": 0, "function": function_call})
+            if update is not None:
+                out.append(update)
+        for annotation in get_list(event, delta, "annotations"):  # search models' citations
+            if isinstance(annotation, dict) and annotation.get("type") == "url_citation":
+                url = as_str((get_object(event, annotation, "url_citation") or {}).get("url"))
+                if url is not None:
+                    out.append(Uri(url))
 
     def _tool_calls(
         self, event: ServerSentEvent, calls: list[Any], out: list[AgentResponseUpdate]
@@ -302,6 +326,10 @@ class OpenAIChatDialect:
             update = self._tool_call(event, call)
             if update is not None:
                 out.append(update)
+            extra = call.get("extra_content")
+            if extra is not None and update is not None and update.id is not None:
+                block = {"type": "tool_call_extra", "call_id": update.id, "extra_content": extra}
+                out.append(ReasoningDelta("", provider_data=block))
 
     def _content_parts(
         self, event: ServerSentEvent, parts: list[Any], out: list[AgentResponseUpdate]

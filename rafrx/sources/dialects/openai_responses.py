@@ -5,7 +5,8 @@ no ``event:`` line):
 
 * ``response.created`` → :class:`~rafrx.updates.ResponseMetadata`;
 * ``response.output_text.delta`` and ``response.refusal.delta`` →
-  :class:`~rafrx.updates.TextDelta`;
+  :class:`~rafrx.updates.TextDelta` (from a server that sends no delta, the
+  text of ``response.output_text.done`` / ``response.refusal.done``);
 * ``response.reasoning_summary_text.delta`` and
   ``response.reasoning_text.delta`` → :class:`~rafrx.updates.ReasoningDelta`
   (parts follow each other with no separator); a finished ``reasoning`` item
@@ -15,6 +16,8 @@ no ``event:`` line):
   ``function_call_arguments.delta`` events → ``ToolCallArgs`` and the first
   of ``function_call_arguments.done`` / ``output_item.done`` →
   ``ToolCallEnd`` (preceded by the whole arguments when no delta came);
+* an ``mcp_approval_request`` output item (a remote MCP tool waiting for
+  approval) → :class:`~rafrx.updates.ToolApprovalRequest` with the item's id;
 * URL annotations (``output_text.annotation.added``, or those first seen on
   a finished part) → :class:`~rafrx.updates.Uri`;
 * ``response.completed`` → ``Finish(TOOL_CALLS if the response called
@@ -33,6 +36,8 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
+import json
 from typing import Any
 
 from rafrx import response
@@ -56,6 +61,7 @@ from rafrx.updates import (
     ReasoningDelta,
     ResponseMetadata,
     TextDelta,
+    ToolApprovalRequest,
     ToolCallArgs,
     ToolCallEnd,
     ToolCallStart,
@@ -96,11 +102,12 @@ def _event_type(event: ServerSentEvent, data: dict[str, Any]) -> str:
 class OpenAIResponsesDialect:
     """Responses API events → updates; see the module docstring for the rules."""
 
-    __slots__ = ("_annotations", "_calls", "_done", "_meta_sent")
+    __slots__ = ("_annotations", "_calls", "_done", "_meta_sent", "_streamed_text")
 
     def __init__(self) -> None:
         self._done = False
         self._meta_sent = False
+        self._streamed_text = False  # a text delta came: the .done events repeat it
         self._calls: dict[str, _Call] = {}  # output item id → call
         self._annotations: dict[tuple[str, int], int] = {}  # (item id, part) → count sent
 
@@ -155,8 +162,17 @@ class OpenAIResponsesDialect:
         return [ResponseMetadata(response_id, model)]
 
     def _text(self, event: ServerSentEvent, data: dict[str, Any]) -> list[AgentResponseUpdate]:
+        self._streamed_text = True
         delta = as_str(data.get("delta"))
         return [] if delta is None else [TextDelta(delta)]
+
+    def _text_done(self, event: ServerSentEvent, data: dict[str, Any]) -> list[AgentResponseUpdate]:
+        """The whole text of a part, from a server that sent it without deltas."""
+        if self._streamed_text:
+            return []
+        refusal = _event_type(event, data) == "response.refusal.done"
+        text = as_str(data.get("refusal" if refusal else "text"))
+        return [TextDelta(text)] if text else []
 
     def _reasoning(self, event: ServerSentEvent, data: dict[str, Any]) -> list[AgentResponseUpdate]:
         delta = as_str(data.get("delta"))
@@ -229,6 +245,8 @@ class OpenAIResponsesDialect:
             return out
         if kind == "reasoning" and item_id is not None:
             return [ReasoningDelta("", provider_data=item)]
+        if kind == "mcp_approval_request" and item_id is not None:
+            return [self._approval_request(item_id, item)]
         if kind == "message" and item_id is not None:
             out = []
             for index, part in enumerate(get_list(event, item, "content")):
@@ -236,6 +254,21 @@ class OpenAIResponsesDialect:
                     out += self._new_annotations(event, item_id, index, part)
             return out
         return []
+
+    @staticmethod
+    def _approval_request(item_id: str, item: dict[str, Any]) -> ToolApprovalRequest:
+        """A remote MCP tool's call waiting for the user's approval (its id answers it)."""
+        arguments: Any = item.get("arguments")
+        if isinstance(arguments, str):
+            with contextlib.suppress(ValueError, RecursionError):  # else shown as sent
+                arguments = json.loads(arguments)
+        label = as_str(item.get("server_label"))
+        return ToolApprovalRequest(
+            item_id,
+            as_str(item.get("name")) or "",
+            arguments,
+            "" if label is None else f"a tool of the MCP server {label!r}",
+        )
 
     def _new_annotations(
         self, event: ServerSentEvent, item_id: str, index: int, part: dict[str, Any]
@@ -304,6 +337,8 @@ _HANDLERS = {
     "response.in_progress": OpenAIResponsesDialect._created,
     "response.output_text.delta": OpenAIResponsesDialect._text,
     "response.refusal.delta": OpenAIResponsesDialect._text,
+    "response.output_text.done": OpenAIResponsesDialect._text_done,
+    "response.refusal.done": OpenAIResponsesDialect._text_done,
     "response.reasoning_summary_text.delta": OpenAIResponsesDialect._reasoning,
     "response.reasoning_text.delta": OpenAIResponsesDialect._reasoning,
     "response.output_item.added": OpenAIResponsesDialect._item_added,
