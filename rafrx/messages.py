@@ -28,6 +28,8 @@ import attrs
 
 __all__ = [
     "ANTHROPIC_THINKING",
+    "FUNCTION_CALL_REF",
+    "MESSAGE_REF",
     "OPENAI_CALL_EXTRA",
     "OPENAI_REASONING",
     "ChatMessage",
@@ -37,6 +39,7 @@ __all__ = [
     "from_anthropic",
     "provider_data_of",
     "to_anthropic",
+    "to_openai_chat",
     "with_call_ids",
 ]
 
@@ -424,6 +427,13 @@ ANTHROPIC_THINKING = "anthropic_thinking"
 #: ``provider_data`` key holding an assistant message's OpenAI Responses reasoning items.
 OPENAI_REASONING = "openai_reasoning"
 
+#: Types of the ``provider_data`` blocks naming a Responses function call's and message's
+#: output item (``{"type": ..., "id": ..., "call_id" | "text": ...}``), kept under
+#: :data:`OPENAI_REASONING` in output order beside the reasoning items: the API pairs a
+#: reasoning item with the item after it by id, so that item goes back with its id.
+FUNCTION_CALL_REF = "rafrx.function_call_ref"
+MESSAGE_REF = "rafrx.message_ref"
+
 #: ``provider_data`` key holding the ``extra_content`` of an assistant message's chat tool
 #: calls (Gemini's ``thought_signature``), as ``{"type": "tool_call_extra", "call_id": ...,
 #: "extra_content": ...}`` blocks.
@@ -450,7 +460,12 @@ def provider_data_of(blocks: Iterable[Any]) -> dict[str, tuple[Any, ...]] | None
     return {key: tuple(kept) for key, kept in grouped.items()} or None
 
 
-_BLOCK_KEYS = {"reasoning": OPENAI_REASONING, "tool_call_extra": OPENAI_CALL_EXTRA}
+_BLOCK_KEYS = {
+    "reasoning": OPENAI_REASONING,
+    FUNCTION_CALL_REF: OPENAI_REASONING,
+    MESSAGE_REF: OPENAI_REASONING,
+    "tool_call_extra": OPENAI_CALL_EXTRA,
+}
 
 
 def _call_extras(message: ChatMessage) -> dict[str, Any]:
@@ -461,6 +476,27 @@ def _call_extras(message: ChatMessage) -> dict[str, Any]:
         for b in blocks
         if isinstance(b, Mapping) and "call_id" in b and "extra_content" in b
     }
+
+
+def to_openai_chat(messages: Iterable[ChatMessage]) -> list[dict[str, Any]]:
+    """Convert messages to OpenAI chat-completions message dicts (:meth:`ChatMessage.to_openai`).
+
+    In a conversation where some message carries ``reasoning_content`` (a
+    thinking-mode one), every assistant message with tool calls carries the
+    field, ``""`` when it had no reasoning: DeepSeek refuses one without it.
+
+    Example:
+        >>> turn = [ChatMessage("assistant", "Hm.", reasoning="Think."),
+        ...         ChatMessage.assistant_with_tools("", [ToolCall("c1", "now", {})])]
+        >>> [m.get("reasoning_content") for m in to_openai_chat(turn)]
+        ['Think.', '']
+    """
+    wire = [m.to_openai() for m in messages]
+    if any("reasoning_content" in m for m in wire):
+        for m in wire:
+            if "tool_calls" in m:
+                m.setdefault("reasoning_content", "")
+    return wire
 
 
 def to_anthropic(messages: Iterable[ChatMessage]) -> tuple[str | None, list[dict[str, Any]]]:

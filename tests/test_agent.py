@@ -30,6 +30,7 @@ from rafrx.messages import (
     MessageSource,
     ToolCall,
     to_anthropic,
+    to_openai_chat,
 )
 from rafrx.response import AgentResponse, AgentResponseResult, FinishReason, Usage
 from rafrx.sources.clients import (
@@ -801,7 +802,7 @@ async def test_three_turns_with_parallel_tools_and_an_approval_over_http(
         assert fresh_request.json == continued.json
         conversation = [ChatMessage.system("Be brief."), *expected, user("What did we talk about?")]
         wire = {
-            "openai-chat": lambda: [m.to_openai() for m in conversation],
+            "openai-chat": lambda: to_openai_chat(conversation),
             "anthropic": lambda: to_anthropic(conversation)[1],
             "openai-responses": lambda: to_responses_input(conversation),
         }

@@ -58,12 +58,14 @@ from rafrx.errors import MaxStepsExceeded
 from rafrx.events import FinishEvent, ResponseStartedEvent, ToolApprovalRequestEvent
 from rafrx.history import InMemoryHistoryProvider
 from rafrx.messages import (
+    FUNCTION_CALL_REF,
     OPENAI_REASONING,
     ChatMessage,
     MessageRole,
     MessageSource,
     from_anthropic,
     to_anthropic,
+    to_openai_chat,
 )
 from rafrx.operators import aggregate
 from rafrx.response import AgentResponseResult, FinishReason, Usage
@@ -315,10 +317,20 @@ def assert_valid_and_growing(
 def wire_of(fmt: str, messages: Sequence[ChatMessage]) -> list[Any]:
     """The wire form of ``messages`` as each client sends them."""
     if fmt == "openai-chat":
-        return [m.to_openai() for m in messages if m.role is not MessageRole.SYSTEM]
+        return to_openai_chat([m for m in messages if m.role is not MessageRole.SYSTEM])
     if fmt == "anthropic":
         return to_anthropic(messages)[1]
     return [i for i in to_responses_input(messages) if i.get("role") != "system"]
+
+
+def _unpaired(item: dict[str, Any]) -> dict[str, Any]:
+    """A Responses input item as it goes when no reasoning item precedes it: an output
+    message as an easy message, a function call without its item id."""
+    if item.get("type") == "message":
+        return {"role": item["role"], "content": item["content"][0]["text"]}
+    return {
+        k: v for k, v in item.items() if not (k == "id" and item.get("type") == "function_call")
+    }
 
 
 def non_system(request: RecordedRequest) -> list[Any]:
@@ -825,7 +837,8 @@ async def test_history_saved_as_json_and_loaded_by_a_fresh_agent_sends_the_same_
         # The reasoning item went back within the first conversation; the chat-format
         # JSON the second one was kept as has no place for it.
         assert [i["type"] for i in sent["input"] if i.get("type") == "reasoning"] == ["reasoning"]
-        sent["input"] = [i for i in sent["input"] if i.get("type") != "reasoning"]
+        # Without it, the items it was paired with by id go back as plain ones.
+        sent["input"] = [_unpaired(i) for i in sent["input"] if i.get("type") != "reasoning"]
     assert unsigned(requests[5].json) == sent
     assert requests[5].json != unsigned(requests[5].json) or fmt != "anthropic"  # signed
 
@@ -1104,6 +1117,7 @@ async def test_responses_reasoning_items_go_back_before_their_call_verbatim(
             "call_id": call_item["call_id"],
             "name": "weather",
             "arguments": '{"location": "Florence, Italy"}',  # rafrx's own JSON of them
+            "id": call_item["id"],  # the item the reasoning item is paired with
         },
         {
             "type": "function_call_output",
@@ -1112,7 +1126,8 @@ async def test_responses_reasoning_items_go_back_before_their_call_verbatim(
         },
     ]
     kept = response.turn_transcript[0].provider_data
-    assert kept == {OPENAI_REASONING: (reasoning_item,)}
+    ref = {"type": FUNCTION_CALL_REF, "id": call_item["id"], "call_id": call_item["call_id"]}
+    assert kept == {OPENAI_REASONING: (reasoning_item, ref)}  # in output order
     third = non_system(server.requests[2])
     assert [i.get("type") for i in third].count("reasoning") == 1  # from history, once
 

@@ -569,7 +569,20 @@ async def test_responses_agent_transcript_goes_back_as_input_items(
         "summary": [{"type": "summary_text", "text": "Need weather."}],
     }
     assert reasoning["id"].startswith("rs_")
-    turn_one = [*RESPONSES_TURN_ONE[:2], reasoning, *RESPONSES_TURN_ONE[2:]]
+    # The items after it go back as the output items they were, with their ids: the API
+    # pairs a reasoning item with the item after it by id.
+    message, *calls = requests[1]["input"][3:8]
+    assert message == {
+        "type": "message",
+        "id": message["id"],
+        "role": "assistant",
+        "status": "completed",
+        "content": [{"type": "output_text", "text": "Let me check.", "annotations": []}],
+    }
+    assert message["id"].startswith("msg_")
+    assert all(call["id"].startswith("fc_") for call in calls)
+    assert [{k: v for k, v in c.items() if k != "id"} for c in calls] == RESPONSES_TURN_ONE[3:7]
+    turn_one = [*RESPONSES_TURN_ONE[:2], reasoning, message, *calls, *RESPONSES_TURN_ONE[7:]]
     assert requests[1]["input"] == turn_one
     assert requests[2]["input"] == [
         *turn_one,
@@ -605,6 +618,10 @@ def assert_responses_rules(items: list[dict[str, Any]]) -> None:
         elif item.get("type") == "reasoning":
             assert isinstance(item["id"], str)
             assert isinstance(item["summary"], list)
+        elif item.get("type") == "message":  # an output message, paired by its id
+            assert isinstance(item["id"], str)
+            assert item["role"] == "assistant"
+            assert all(part["type"] == "output_text" for part in item["content"])
         else:
             assert item["role"] in ("system", "developer", "user", "assistant")
             assert isinstance(item["content"], str)

@@ -41,11 +41,15 @@ from yarl import URL
 
 from rafrx._redaction import SECRET_HEADERS, url_secrets
 from rafrx.messages import (
+    FUNCTION_CALL_REF,
+    MESSAGE_REF,
     OPENAI_REASONING,
     ChatMessage,
     MessageRole,
+    ToolCall,
     _unique_call_ids,
     to_anthropic,
+    to_openai_chat,
 )
 from rafrx.sources._http import (
     HTTPRequest,
@@ -130,7 +134,10 @@ def to_responses_input(messages: Iterable[ChatMessage]) -> list[dict[str, Any]]:
     Tool calls become ``function_call`` items, tool results
     ``function_call_output`` items; the rest are role messages. The reasoning
     items an assistant message kept (``provider_data[OPENAI_REASONING]``) go
-    back before it, as the Responses API asks in a tool loop.
+    back before it, as the Responses API asks in a tool loop, each once; with
+    the output items that followed them (their ids kept as ``FUNCTION_CALL_REF``
+    / ``MESSAGE_REF`` blocks beside them) in their order and with their ids, as
+    the API pairs a reasoning item with the item after it.
 
     Example:
         >>> from rafrx.messages import ToolCall
@@ -142,26 +149,85 @@ def to_responses_input(messages: Iterable[ChatMessage]) -> list[dict[str, Any]]:
          {'type': 'function_call_output', 'call_id': 'c1', 'output': '12:00'}]
     """
     items: list[dict[str, Any]] = []
+    sent: set[Any] = set()  # reasoning item ids: the API refuses one sent twice
     for msg in _unique_call_ids(messages):
         if msg.role is MessageRole.TOOL:
             items.append(
                 {"type": "function_call_output", "call_id": msg.tool_call_id, "output": msg.content}
             )
             continue
-        if msg.provider_data:
-            kept = msg.provider_data.get(OPENAI_REASONING, ())
-            items.extend(copy.deepcopy(item) for item in kept)  # the caller's to change
+        kept = msg.provider_data.get(OPENAI_REASONING, ()) if msg.provider_data else ()
+        kept = [block for block in kept if not (_is_reasoning(block) and _seen(block, sent))]
+        if any(_is_reasoning(block) for block in kept) and any(_is_ref(b) for b in kept):
+            items += _output_items(msg, kept)  # each reasoning item and the item after it
+            continue
+        # (the caller's to change:)
+        items.extend(copy.deepcopy(block) for block in kept if not _is_ref(block))
         if msg.content or not msg.tool_calls:
             items.append({"role": msg.role.value, "content": msg.content})
-        for call in msg.tool_calls or ():
+        items.extend(_function_call(call) for call in msg.tool_calls or ())
+    return items
+
+
+def _seen(item: Mapping[str, Any], sent: set[Any]) -> bool:
+    """Whether a reasoning item with ``item``'s id was already sent (record it if not)."""
+    item_id = item.get("id")
+    if not isinstance(item_id, str):
+        return False
+    if item_id in sent:
+        return True
+    sent.add(item_id)
+    return False
+
+
+def _is_reasoning(block: Any) -> bool:
+    return isinstance(block, Mapping) and block.get("type") == "reasoning"
+
+
+def _is_ref(block: Any) -> bool:
+    return isinstance(block, Mapping) and block.get("type") in (FUNCTION_CALL_REF, MESSAGE_REF)
+
+
+def _function_call(call: ToolCall, item_id: str | None = None) -> dict[str, Any]:
+    item = {
+        "type": "function_call",
+        "call_id": call.id,
+        "name": call.name,
+        "arguments": call.arguments_json(),
+    }
+    if item_id is not None:
+        item["id"] = item_id
+    return item
+
+
+def _output_items(msg: ChatMessage, kept: Sequence[Any]) -> list[dict[str, Any]]:
+    """An assistant message as the output items it streamed, in their order and with
+    their ids: each reasoning item is followed by the item the API paired it with."""
+    items: list[dict[str, Any]] = []
+    calls = {call.id: call for call in msg.tool_calls or ()}
+    texts = [b for b in kept if isinstance(b, Mapping) and b.get("type") == MESSAGE_REF]
+    for block in kept:
+        kind = block.get("type") if isinstance(block, Mapping) else None
+        if kind == MESSAGE_REF:
+            text = msg.content if len(texts) == 1 else str(block.get("text") or "")
             items.append(
                 {
-                    "type": "function_call",
-                    "call_id": call.id,
-                    "name": call.name,
-                    "arguments": call.arguments_json(),
+                    "type": "message",
+                    "id": block["id"],
+                    "role": "assistant",
+                    "status": "completed",
+                    "content": [{"type": "output_text", "text": text, "annotations": []}],
                 }
             )
+        elif kind == FUNCTION_CALL_REF:
+            call = calls.pop(block.get("call_id"), None)
+            if call is not None:
+                items.append(_function_call(call, block["id"]))
+        else:
+            items.append(copy.deepcopy(block))
+    if msg.content and not texts:
+        items.append({"role": msg.role.value, "content": msg.content})
+    items.extend(_function_call(call) for call in calls.values())  # (ids changed since)
     return items
 
 
@@ -258,6 +324,10 @@ class LLMClient(abc.ABC):
     ) -> dict[str, Any]:
         """The request body for ``messages`` and ``tools`` in this provider's format."""
 
+    def _complete(self, payload: dict[str, Any]) -> dict[str, Any]:
+        """The body to send, once the client's and the call's fields are in (as is here)."""
+        return payload
+
     # ------------------------------------------------------------ public
 
     def stream(
@@ -281,6 +351,7 @@ class LLMClient(abc.ABC):
         payload.update(self.params)
         payload.update(params)
         payload["stream"] = True
+        payload = self._complete(payload)
         headers = {
             "Accept": "text/event-stream",
             "User-Agent": _user_agent(),
@@ -397,7 +468,7 @@ class OpenAIChatClient(LLMClient):
     ) -> dict[str, Any]:
         payload: dict[str, Any] = {
             "model": self.model,
-            "messages": [m.to_openai() for m in messages],
+            "messages": to_openai_chat(messages),
             "stream_options": {"include_usage": True},
         }
         if tools:
@@ -496,6 +567,26 @@ class OpenAIResponsesClient(LLMClient):
                 {"type": "function", **_function(*tool_schema(t), _strict(t) or False)}
                 for t in tools
             ]
+        return payload
+
+    def _complete(self, payload: dict[str, Any]) -> dict[str, Any]:
+        """With ``store: false`` nothing is kept server side: ask for the reasoning
+        items' ``encrypted_content``, and send none that lacks it (the API would look
+        it up by id, and fail)."""
+        if payload.get("store") is not False:
+            return payload
+        include = list(payload.get("include") or ())
+        if "reasoning.encrypted_content" not in include:
+            payload["include"] = [*include, "reasoning.encrypted_content"]
+        payload["input"] = [
+            item
+            for item in payload.get("input") or ()
+            if not (
+                isinstance(item, Mapping)
+                and item.get("type") == "reasoning"
+                and not item.get("encrypted_content")
+            )
+        ]
         return payload
 
     async def __aenter__(self) -> OpenAIResponsesClient:

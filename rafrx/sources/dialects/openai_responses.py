@@ -11,7 +11,11 @@ no ``event:`` line):
   ``response.reasoning_text.delta`` → :class:`~rafrx.updates.ReasoningDelta`
   (parts follow each other with no separator); a finished ``reasoning`` item
   with an id → ``ReasoningDelta("", provider_data=item)``, kept whole (with
-  its ``encrypted_content``) to go back in the next request of a tool loop;
+  its ``encrypted_content``) to go back in the next request of a tool loop,
+  and so is, for a finished ``function_call`` or ``message`` item that
+  follows one, a small block naming its id (``FUNCTION_CALL_REF`` /
+  ``MESSAGE_REF`` of :mod:`rafrx.messages`): the API pairs a reasoning item
+  with the item after it by id;
 * a ``function_call`` output item → ``ToolCallStart(call_id, name)``, its
   ``function_call_arguments.delta`` events → ``ToolCallArgs`` and the first
   of ``function_call_arguments.done`` / ``output_item.done`` →
@@ -42,6 +46,7 @@ from typing import Any
 
 from rafrx import response
 from rafrx.errors import IncompleteStream
+from rafrx.messages import FUNCTION_CALL_REF, MESSAGE_REF
 from rafrx.response import FinishReason
 from rafrx.sources.dialects._common import (
     as_int,
@@ -86,12 +91,13 @@ cached_tokens=None)
 class _Call:
     """A function call output item."""
 
-    __slots__ = ("call_id", "ended", "got_args")
+    __slots__ = ("call_id", "ended", "got_args", "named")
 
     def __init__(self, call_id: str) -> None:
         self.call_id = call_id
         self.got_args = False
         self.ended = False
+        self.named = False  # its output item's id was sent (a FUNCTION_CALL_REF)
 
 
 def _event_type(event: ServerSentEvent, data: dict[str, Any]) -> str:
@@ -102,12 +108,13 @@ def _event_type(event: ServerSentEvent, data: dict[str, Any]) -> str:
 class OpenAIResponsesDialect:
     """Responses API events → updates; see the module docstring for the rules."""
 
-    __slots__ = ("_annotations", "_calls", "_done", "_meta_sent", "_streamed_text")
+    __slots__ = ("_annotations", "_calls", "_done", "_meta_sent", "_reasoned", "_streamed_text")
 
     def __init__(self) -> None:
         self._done = False
         self._meta_sent = False
         self._streamed_text = False  # a text delta came: the .done events repeat it
+        self._reasoned = False  # a reasoning item came: name the output items after it
         self._calls: dict[str, _Call] = {}  # output item id → call
         self._annotations: dict[tuple[str, int], int] = {}  # (item id, part) → count sent
 
@@ -242,16 +249,27 @@ class OpenAIResponsesDialect:
             out = self._start_call(event, item)  # no-op when output_item.added came
             key = self._key(item_id, as_str(item.get("call_id")))
             out += self._end_call(key, item.get("arguments"))
+            call = None if key is None else self._calls[key]
+            if self._reasoned and item_id is not None and call is not None and not call.named:
+                call.named = True
+                ref = {"type": FUNCTION_CALL_REF, "id": item_id, "call_id": call.call_id}
+                out.append(ReasoningDelta("", provider_data=ref))
             return out
         if kind == "reasoning" and item_id is not None:
+            self._reasoned = True  # the items after it go back paired with it, by id
             return [ReasoningDelta("", provider_data=item)]
         if kind == "mcp_approval_request" and item_id is not None:
             return [self._approval_request(item_id, item)]
         if kind == "message" and item_id is not None:
             out = []
+            text: list[str] = []
             for index, part in enumerate(get_list(event, item, "content")):
                 if isinstance(part, dict):
                     out += self._new_annotations(event, item_id, index, part)
+                    text.append(as_str(part.get("text") or part.get("refusal")) or "")
+            if self._reasoned:
+                ref = {"type": MESSAGE_REF, "id": item_id, "text": "".join(text)}
+                out.append(ReasoningDelta("", provider_data=ref))
             return out
         return []
 
