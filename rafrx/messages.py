@@ -32,6 +32,7 @@ __all__ = [
     "MESSAGE_REF",
     "OPENAI_CALL_EXTRA",
     "OPENAI_REASONING",
+    "REASONING_DETAILS",
     "ChatMessage",
     "MessageRole",
     "MessageSource",
@@ -231,6 +232,9 @@ class ChatMessage:
             out["tool_call_id"] = self.tool_call_id
         if self.reasoning is not None:
             out["reasoning_content"] = self.reasoning
+        details = self.provider_data.get(REASONING_DETAILS) if self.provider_data else None
+        if details:  # OpenRouter's, as they came
+            out["reasoning_details"] = [copy.deepcopy(d) for b in details for d in b["details"]]
         return out
 
     @classmethod
@@ -434,6 +438,10 @@ OPENAI_REASONING = "openai_reasoning"
 FUNCTION_CALL_REF = "rafrx.function_call_ref"
 MESSAGE_REF = "rafrx.message_ref"
 
+#: ``provider_data`` block type, and key, of OpenRouter's ``reasoning_details`` (the
+#: block's ``details``), which go back on the assistant message in a tool loop.
+REASONING_DETAILS = "openrouter_reasoning_details"
+
 #: ``provider_data`` key holding the ``extra_content`` of an assistant message's chat tool
 #: calls (Gemini's ``thought_signature``), as ``{"type": "tool_call_extra", "call_id": ...,
 #: "extra_content": ...}`` blocks.
@@ -465,6 +473,7 @@ _BLOCK_KEYS = {
     FUNCTION_CALL_REF: OPENAI_REASONING,
     MESSAGE_REF: OPENAI_REASONING,
     "tool_call_extra": OPENAI_CALL_EXTRA,
+    REASONING_DETAILS: REASONING_DETAILS,
 }
 
 

@@ -17,6 +17,10 @@ OpenAI-compatible endpoint, Mistral, vLLM, llama.cpp, xAI, Writer and others:
   ``delta.function_call`` is the call at index 0. A call's ``extra_content``
   (Gemini's ``thought_signature``, which must go back with the call) →
   ``ReasoningDelta("", provider_data={"type": "tool_call_extra", ...})``;
+* OpenRouter's ``delta.reasoning_details`` (reasoning text pieces, signatures,
+  encrypted blocks) are merged per entry and sent, at the end, as
+  ``ReasoningDelta("", provider_data={"type": REASONING_DETAILS, ...})``: they
+  go back with the assistant message in a tool loop;
 * ``delta.annotations`` of type ``url_citation`` (search models) →
   :class:`~rafrx.updates.Uri`;
 * ``finish_reason`` and ``usage`` (Groq's may come only in ``x_groq.usage``):
@@ -49,6 +53,7 @@ import msgspec
 
 from rafrx import response
 from rafrx.errors import IncompleteStream
+from rafrx.messages import REASONING_DETAILS
 from rafrx.response import FinishReason
 from rafrx.sources.dialects._common import (
     as_int,
@@ -118,6 +123,7 @@ class _Delta(msgspec.Struct):
     reasoning: str | None = None
     refusal: str | None = None
     tool_calls: list[_ToolCall] | None = None
+    reasoning_details: list[Any] | None = None
     # Rare members the general path reads (a value here does not fit: that path takes it):
     function_call: None = None
     annotations: None = None
@@ -146,7 +152,16 @@ _NO_FUNCTION = _Function()
 class OpenAIChatDialect:
     """Chat Completions chunks → updates; see the module docstring for the rules."""
 
-    __slots__ = ("_done", "_finish", "_ids", "_last_index", "_meta_sent", "_next_index", "_usage")
+    __slots__ = (
+        "_details",
+        "_done",
+        "_finish",
+        "_ids",
+        "_last_index",
+        "_meta_sent",
+        "_next_index",
+        "_usage",
+    )
 
     def __init__(self) -> None:
         self._done = False
@@ -156,6 +171,7 @@ class OpenAIChatDialect:
         self._next_index = 0  # the next free wire index
         self._last_index: int | None = None
         self._ids: dict[str, int] = {}  # tool call id → index, for index-less entries
+        self._details: dict[tuple[Any, Any], dict[str, Any]] = {}  # OpenRouter's, merged
 
     @property
     def done(self) -> bool:
@@ -178,7 +194,7 @@ class OpenAIChatDialect:
                 return []
             if data == "[DONE]":
                 self._done = True
-                return [self._finish_update(FinishReason.OTHER)]
+                return self._end()
         typed = _fit_chunk(data)
         if typed is not None:
             return self._typed_chunk(event, typed)
@@ -230,6 +246,8 @@ class OpenAIChatDialect:
                 out.append(TextDelta(delta.content))
             if delta.refusal:
                 out.append(TextDelta(delta.refusal))
+            if delta.reasoning_details:
+                self._add_details(event, delta.reasoning_details)
             for call in delta.tool_calls or ():
                 if call.index is not None and call.index < 0:
                     raise malformed(event, f"invalid tool call index {call.index!r}")
@@ -254,9 +272,37 @@ class OpenAIChatDialect:
         if self._finish is None:
             raise IncompleteStream("the stream ended without [DONE] or a finish_reason")
         self._done = True
-        return [self._finish_update(FinishReason.OTHER)]
+        return self._end()
 
     # ------------------------------------------------------------ internals
+
+    def _end(self) -> list[AgentResponseUpdate]:
+        """The updates at the end of the response: OpenRouter's reasoning details, if any,
+        then the ``Finish``."""
+        finish = self._finish_update(FinishReason.OTHER)
+        if not self._details:
+            return [finish]
+        block = {"type": REASONING_DETAILS, "details": list(self._details.values())}
+        return [ReasoningDelta("", provider_data=block), finish]
+
+    def _add_details(self, event: ServerSentEvent, details: list[Any]) -> None:
+        """Merge OpenRouter's ``reasoning_details`` pieces: one entry per (type, index),
+        its ``text`` / ``summary`` joined, its other members (a signature) as last sent."""
+        for piece in details:
+            if not isinstance(piece, dict):
+                raise malformed(event, "a reasoning_details entry should be an object")
+            key = (piece.get("type"), piece.get("index"))
+            if type(key[1]) is not int:  # (a list would not hash)
+                key = (key[0] if isinstance(key[0], str) else None, None)
+            kept = self._details.get(key)
+            if kept is None:
+                self._details[key] = dict(piece)
+                continue
+            for name, value in piece.items():
+                if name in ("text", "summary") and isinstance(value, str):
+                    kept[name] = (kept.get(name) or "") + value
+                elif value is not None and value != "":
+                    kept[name] = value
 
     def _finish_update(self, default: FinishReason) -> Finish:
         reason = default if self._finish is None else FinishReason.from_provider(self._finish)
@@ -306,6 +352,9 @@ class OpenAIChatDialect:
                 out.append(TextDelta(refusal))
         if tool_calls is not None:
             self._tool_calls(event, tool_calls, out)
+        details = delta.get("reasoning_details")
+        if details:
+            self._add_details(event, get_list(event, delta, "reasoning_details"))
         function_call = delta.get("function_call")
         if function_call is not None:  # the deprecated functions API: one call, no id
             update = self._tool_call(event, {"index": 0, "function": function_call})
