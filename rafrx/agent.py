@@ -48,7 +48,7 @@ from rafrx._call import call_on
 from rafrx._cycles import Outcome
 from rafrx.errors import MaxStepsExceeded, RafrxError
 from rafrx.history import ContextProvider, HistoryProvider
-from rafrx.messages import ChatMessage, MessageSource
+from rafrx.messages import ChatMessage, MessageSource, paired
 from rafrx.operators import convert, execute_tools
 from rafrx.operators._aggregate import ResponseAggregator, collect_agent_response
 from rafrx.operators._execute_tools import Approver, clip
@@ -117,11 +117,14 @@ class Agent:
             after it succeeds.
         context_providers: Asked for extra messages at the start of each turn.
         approver: Answers approval requests of tools that require approval
-            (see :func:`~rafrx.operators.execute_tools`).
+            (see :func:`~rafrx.operators.execute_tools`). An observable of
+            answers serves one turn at a time: answers go to calls by id, and
+            two turns may be given the same id (Kimi's ``functions.f:0``), so
+            a turn subscribed while another runs fails with ``RuntimeError``.
         max_steps: The most LLM calls a turn may make.
         id: The agent's id (``source_agent_id`` of its responses); generated
             when not given.
-        concurrency: The most tools running at once.
+        concurrency: The most tools running at once in one LLM call.
         max_result_chars: Longest tool result or error sent back to the model.
         eager_tools: Start each tool as soon as its arguments are complete,
             while the model still streams later calls.
@@ -175,7 +178,8 @@ class Agent:
         self.eager_tools = eager_tools
         self.concurrency = concurrency
         self.max_result_chars = max_result_chars
-        self._saving: set[asyncio.Future[None]] = set()  # saves of stopped turns, until done
+        self._saving: set[asyncio.Future[None]] = set()  # history saves running
+        self._turns: set[_Turn] = set()  # turns running (not yet ended nor stopped)
         self._executor()  # validates the tool table (duplicate names, concurrency) up front
 
     def _executor(self) -> Operator[AgentResponseResult, AgentResponseResult]:
@@ -230,10 +234,20 @@ class Agent:
             except RuntimeError:
                 observer.on_error(RuntimeError("subscribe to Agent.run() from a running loop"))
                 return Disposable()
+            if isinstance(self.approver, Observable) and self._turns:
+                observer.on_error(
+                    RuntimeError(
+                        "this agent is running a turn, and its approver (an observable of "
+                        "answers, matched to calls by id) can serve only one at a time: "
+                        "start the next turn when this one ends, or use another Agent"
+                    )
+                )
+                return Disposable()
             turn = _Turn(self, new_input, observer)
             task = loop.create_task(turn.run(), name="rafrx turn")
             _RUNNING.add(task)
             task.add_done_callback(_RUNNING.discard)
+            self._turns.add(turn)
             return Disposable(lambda: _stop(turn, task))
 
         return Observable(subscribe)
@@ -252,18 +266,26 @@ async def _to_its_end(save: Awaitable[None], pending: set[asyncio.Future[None]])
     """Await a history save to its end, even when the turn is stopped meanwhile.
 
     A save cut short could keep a tool call without its result, which every
-    later request on that history would be refused for. A stopped turn ends
-    at once and leaves its save running in ``pending`` (the agent's next turn
-    waits for it before loading); a failure no one is left to hear is logged.
+    later request on that history would be refused for. The save is in
+    ``pending`` while it runs: a turn loads, and saves, only once the agent's
+    other saves are over (no turn reads a half-saved history, and two saves
+    never interleave). A stopped turn ends at once and leaves its save
+    running; a failure no one is left to hear is logged.
     """
     saving = asyncio.ensure_future(save)
+    pending.add(saving)
+    saving.add_done_callback(pending.discard)
     try:
         await asyncio.shield(saving)
     except asyncio.CancelledError:
-        pending.add(saving)
-        saving.add_done_callback(pending.discard)
         saving.add_done_callback(_log_failed_save)
         raise
+
+
+async def _settled(pending: set[asyncio.Future[None]]) -> None:
+    """Wait until no history save of the agent is running."""
+    while pending:
+        await asyncio.wait(set(pending))
 
 
 def _log_failed_save(saving: asyncio.Future[None]) -> None:
@@ -305,6 +327,7 @@ class _Turn:
     def stop(self) -> None:
         """Dispose of the running step now; nothing is forwarded after this."""
         self.stopped = True
+        self.agent._turns.discard(self)
         current = self.current  # (read once: the step may end meanwhile, on the loop's thread)
         if current is not None:
             current.dispose()
@@ -322,10 +345,13 @@ class _Turn:
             del error  # this frame is in its traceback: no cycle
         else:
             self.terminate(self.observer.on_completed)
+        finally:
+            self.agent._turns.discard(self)
 
-    @staticmethod
-    def terminate(call: Callable[..., None], *args: Any) -> None:
-        """Call a terminal method; an exception it raises goes to the loop's handler."""
+    def terminate(self, call: Callable[..., None], *args: Any) -> None:
+        """Call a terminal method (the turn has ended: the next may start in it); an
+        exception it raises goes to the loop's handler."""
+        self.agent._turns.discard(self)
         try:
             call(*args)
         except Exception as exc:  # e.g. reactivex's default on_error re-raising
@@ -337,10 +363,9 @@ class _Turn:
         agent = self.agent
         history: list[ChatMessage] = []
         if agent.history is not None:
-            if agent._saving:  # a stopped turn's save, still running: load what it saves
-                await asyncio.wait(agent._saving)
+            await _settled(agent._saving)  # another turn's save: load what it saves
             loaded = _messages_from(agent.history, "load()", await agent.history.load())
-            history = [m.with_source(MessageSource.CHAT_HISTORY) for m in loaded]
+            history = [m.with_source(MessageSource.CHAT_HISTORY) for m in paired(loaded)]
         context: list[ChatMessage] = []
         for provider in agent.context_providers:
             given = await provider.provide((*history, *self.new_input))
@@ -363,6 +388,7 @@ class _Turn:
                 f"(max_steps={agent.max_steps})"
             )
         if agent.history is not None:
+            await _settled(agent._saving)  # one save at a time: rows never interleave
             save = agent.history.save([*self.new_input, *self.turn.response().turn_transcript])
             await _to_its_end(save, agent._saving)
 

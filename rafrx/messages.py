@@ -19,6 +19,7 @@ from __future__ import annotations
 import copy
 import enum
 import json
+import logging
 import math
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -29,6 +30,7 @@ import attrs
 __all__ = [
     "ANTHROPIC_THINKING",
     "FUNCTION_CALL_REF",
+    "LOST_RESULT",
     "MESSAGE_REF",
     "OPENAI_CALL_EXTRA",
     "OPENAI_REASONING",
@@ -38,11 +40,14 @@ __all__ = [
     "MessageSource",
     "ToolCall",
     "from_anthropic",
+    "paired",
     "provider_data_of",
     "to_anthropic",
     "to_openai_chat",
     "with_call_ids",
 ]
+
+_log = logging.getLogger(__name__)
 
 
 class MessageRole(enum.StrEnum):
@@ -288,6 +293,59 @@ _ROLE_ALIASES = {"developer": MessageRole.SYSTEM, "function": MessageRole.TOOL}
 def _is_legacy_call(calls: tuple[ToolCall, ...]) -> bool:
     """Whether ``calls`` is a legacy OpenAI ``function_call``: one call, no id."""
     return len(calls) == 1 and not calls[0].id
+
+
+#: The result :func:`paired` gives a call whose own result was lost.
+LOST_RESULT = "the result of this call was lost (it is not in the history)"
+
+
+def paired(messages: Iterable[ChatMessage]) -> list[ChatMessage]:
+    """The messages with every tool call answered right after its assistant message.
+
+    What every provider requires, and a history may break (a save that
+    failed half-way, rows edited or trimmed): the tool results that follow an
+    assistant message with tool calls are put in call order, a call with no
+    result gets an error result (:data:`LOST_RESULT`), and a result that
+    answers no call just before it is dropped; each repair is logged. Calls
+    without ids (OpenAI's legacy ``function_call``) are left as they are.
+
+    Example:
+        >>> call = ToolCall("c1", "now", {})
+        >>> fixed = paired([ChatMessage.tool("12:00", "c0"),
+        ...                 ChatMessage.assistant_with_tools("", [call]),
+        ...                 ChatMessage.user("Hello?")])
+        >>> [(m.role.value, m.tool_call_id, m.is_error) for m in fixed]
+        [('assistant', None, False), ('tool', 'c1', True), ('user', None, False)]
+    """
+    items = list(messages)
+    out: list[ChatMessage] = []
+    i = 0
+    while i < len(items):
+        msg = items[i]
+        i += 1
+        if msg.role is MessageRole.TOOL and msg.tool_call_id is not None:
+            _log.warning("dropped a tool result for call %r: no call before it", msg.tool_call_id)
+            continue
+        out.append(msg)
+        calls = msg.tool_calls or ()
+        if msg.role is not MessageRole.ASSISTANT or not calls or not all(c.id for c in calls):
+            continue
+        results: dict[str, ChatMessage] = {}
+        while i < len(items) and items[i].role is MessageRole.TOOL:
+            result = items[i]
+            i += 1
+            if result.tool_call_id in results or all(c.id != result.tool_call_id for c in calls):
+                _log.warning("dropped a tool result for call %r", result.tool_call_id)
+            else:
+                results[str(result.tool_call_id)] = result
+        for call in calls:
+            if call.id not in results:
+                _log.warning("answered call %r, whose result was lost, with an error", call.id)
+            out.append(
+                results.get(call.id)
+                or ChatMessage.tool(LOST_RESULT, call.id, source=msg.source, is_error=True)
+            )
+    return out
 
 
 def with_call_ids(messages: Iterable[ChatMessage]) -> list[ChatMessage]:
