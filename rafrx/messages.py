@@ -35,6 +35,8 @@ __all__ = [
     "OPENAI_CALL_EXTRA",
     "OPENAI_REASONING",
     "REASONING_DETAILS",
+    "TEXT_REF",
+    "TOOL_USE_REF",
     "ChatMessage",
     "MessageRole",
     "MessageSource",
@@ -496,6 +498,14 @@ OPENAI_REASONING = "openai_reasoning"
 FUNCTION_CALL_REF = "rafrx.function_call_ref"
 MESSAGE_REF = "rafrx.message_ref"
 
+#: Types of the ``provider_data`` blocks marking where an Anthropic assistant message's
+#: text blocks (``{"type": TEXT_REF, "chars": n}``: its next ``n`` characters) and
+#: ``tool_use`` blocks (``{"type": TOOL_USE_REF, "id": ...}``) stood among its thinking
+#: blocks, kept under :data:`ANTHROPIC_THINKING` when the model thought between them
+#: (interleaved thinking): Anthropic refuses the message back in another order.
+TEXT_REF = "rafrx.text_ref"
+TOOL_USE_REF = "rafrx.tool_use_ref"
+
 #: ``provider_data`` block type, and key, of OpenRouter's ``reasoning_details`` (the
 #: block's ``details``), which go back on the assistant message in a tool loop.
 REASONING_DETAILS = "openrouter_reasoning_details"
@@ -604,27 +614,44 @@ def to_anthropic(messages: Iterable[ChatMessage]) -> tuple[str | None, list[dict
             else:
                 out.append({"role": "user", "content": [block]})
             continue
-        blocks: list[dict[str, Any]] = []
-        if msg.provider_data and msg.provider_data.get(ANTHROPIC_THINKING):
-            blocks.extend(copy.deepcopy(b) for b in msg.provider_data[ANTHROPIC_THINKING])
-        if msg.content.strip():  # Anthropic refuses a whitespace-only text block
-            blocks.append({"type": "text", "text": msg.content})
-        for call in msg.tool_calls or ():
-            # Anthropic requires an object (a call whose arguments were invalid JSON sends {})
-            # of strict JSON (a NaN or infinity goes as null, as in ToolCall.arguments_json).
-            arguments = _finite(call.arguments) if isinstance(call.arguments, Mapping) else {}
-            blocks.append(
-                {
-                    "type": "tool_use",
-                    "id": call.id,
-                    "name": call.name,
-                    "input": arguments,
-                }
-            )
+        kept = (msg.provider_data or {}).get(ANTHROPIC_THINKING) or ()
+        blocks = _assistant_blocks(msg, kept)
         if blocks:  # else nothing Anthropic can take: an empty content list is refused
             out.append({"role": msg.role.value, "content": blocks})
     text = "\n\n".join(s for s in system if s.strip())  # blank system text is refused
     return (text or None), out
+
+
+def _assistant_blocks(msg: ChatMessage, kept: Sequence[Any]) -> list[dict[str, Any]]:
+    """A message's content blocks: its thinking blocks first, then its text and its
+    calls; or, where refs say how they were interleaved, in their order."""
+    calls = {call.id: call for call in msg.tool_calls or ()}
+    text, at = msg.content, 0
+    blocks: list[dict[str, Any]] = []
+    for block in kept:
+        kind = block.get("type") if isinstance(block, Mapping) else None
+        if kind == TEXT_REF:
+            piece = text[at : at + int(block.get("chars") or 0)]
+            at += len(piece)
+            if piece.strip():
+                blocks.append({"type": "text", "text": piece})
+        elif kind == TOOL_USE_REF:
+            call = calls.pop(block.get("id"), None)
+            if call is not None:
+                blocks.append(_tool_use(call))
+        else:
+            blocks.append(copy.deepcopy(block))
+    if text[at:].strip():  # Anthropic refuses a whitespace-only text block
+        blocks.append({"type": "text", "text": text[at:]})
+    blocks.extend(_tool_use(call) for call in calls.values())
+    return blocks
+
+
+def _tool_use(call: ToolCall) -> dict[str, Any]:
+    # Anthropic requires an object (a call whose arguments were invalid JSON sends {}) of
+    # strict JSON (a NaN or infinity goes as null, as in ToolCall.arguments_json).
+    arguments = _finite(call.arguments) if isinstance(call.arguments, Mapping) else {}
+    return {"type": "tool_use", "id": call.id, "name": call.name, "input": arguments}
 
 
 _NOT_ANTHROPIC_ID: Final = re.compile(r"[^a-zA-Z0-9_-]")
@@ -687,9 +714,7 @@ def from_anthropic(
             for b in content
             if b.get("type") == "tool_use"
         ]
-        thinking = tuple(
-            dict(b) for b in content if b.get("type") in ("thinking", "redacted_thinking")
-        )
+        thinking = _thinking_of(content)
         reasoning = "".join(b.get("thinking", "") for b in thinking) or None
         out.append(
             ChatMessage(
@@ -701,3 +726,23 @@ def from_anthropic(
             )
         )
     return out
+
+
+def _thinking_of(content: Sequence[Mapping[str, Any]]) -> tuple[dict[str, Any], ...]:
+    """A wire message's thinking blocks, with :data:`TEXT_REF` / :data:`TOOL_USE_REF`
+    blocks for the text and calls among them when it thought between them."""
+    thinking = ("thinking", "redacted_thinking")
+    kinds = [b.get("type") for b in content]
+    if not any(k in thinking for k in kinds):
+        return ()
+    first_other = next((i for i, k in enumerate(kinds) if k not in thinking), len(kinds))
+    interleaved = any(k in thinking for k in kinds[first_other:])
+    kept: list[dict[str, Any]] = []
+    for block, kind in zip(content, kinds, strict=True):
+        if kind in thinking:
+            kept.append(dict(block))
+        elif interleaved and kind == "text":
+            kept.append({"type": TEXT_REF, "chars": len(block.get("text", ""))})
+        elif interleaved and kind == "tool_use":
+            kept.append({"type": TOOL_USE_REF, "id": block.get("id")})
+    return tuple(kept)

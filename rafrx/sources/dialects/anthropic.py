@@ -9,6 +9,10 @@
   whole block (``{"type": "thinking", "thinking": ..., "signature": ...}``)
   so it can be sent back; ``redacted_thinking`` blocks give one
   ``ReasoningDelta("", provider_data={"type": "redacted_thinking", "data": ...})``.
+  When the model thinks *between* text and tool_use blocks (interleaved
+  thinking), where those stood is kept too, as ``provider_data`` blocks
+  ``TEXT_REF`` / ``TOOL_USE_REF`` (:mod:`rafrx.messages`) before the thinking
+  block after them: the message must go back in the order it came.
 * ``tool_use`` blocks → ``ToolCallStart`` / ``ToolCallArgs`` / ``ToolCallEnd``.
   A block that never stops (``max_tokens`` cut it) gets no ``ToolCallEnd``,
   so its call is never run: it ends cut short (``ToolCallIncompleteContent``).
@@ -45,6 +49,7 @@ import msgspec
 
 from rafrx import response
 from rafrx.errors import IncompleteStream
+from rafrx.messages import TEXT_REF, TOOL_USE_REF
 from rafrx.response import FinishReason
 from rafrx.sources.dialects._common import (
     as_int,
@@ -108,7 +113,7 @@ cached_tokens=100)
 class _Block:
     """A content block being streamed."""
 
-    __slots__ = ("id", "signature", "stopped", "thinking", "type")
+    __slots__ = ("chars", "id", "signature", "stopped", "thinking", "type")
 
     def __init__(self, kind: str, block_id: str = "") -> None:
         self.type = kind
@@ -116,6 +121,7 @@ class _Block:
         self.thinking: list[str] = []
         self.signature: str | None = None
         self.stopped = False
+        self.chars = 0  # a text block's length, counted once the message has thought
 
 
 # A content_block_delta of text, arguments or thinking (nearly every event of a
@@ -148,13 +154,18 @@ _fit_block_delta = fitting(_BlockDelta)
 class AnthropicDialect:
     """Messages API events → updates; see the module docstring for the rules."""
 
-    __slots__ = ("_blocks", "_done", "_stop_reason", "_usage")
+    __slots__ = ("_blocks", "_done", "_interleaved", "_refs", "_stop_reason", "_thought", "_usage")
 
     def __init__(self) -> None:
         self._done = False
         self._blocks: dict[int, _Block] = {}
         self._stop_reason: str | None = None
         self._usage: dict[str, Any] = {}
+        # Interleaved thinking (a thinking block after a text or tool_use block): where
+        # those blocks stood goes into provider_data, as TEXT_REF / TOOL_USE_REF blocks.
+        self._thought = False  # a thinking block came: note the blocks after it
+        self._refs: list[dict[str, Any]] = []  # their refs, until a thinking block follows
+        self._interleaved = False  # one did: each ref goes out as its block ends
 
     @property
     def done(self) -> bool:
@@ -249,18 +260,36 @@ class AnthropicDialect:
         state = self._blocks[index] = _Block(kind)
         if kind == "text":
             text = as_str(block.get("text"))
+            state.chars = len(text or "")
             return [] if text is None else [TextDelta(text)]
+        out = self._thinking_starts() if kind in ("thinking", "redacted_thinking") else []
         if kind == "thinking":
             text = as_str(block.get("thinking"))
             state.signature = as_str(block.get("signature"))
-            if text is None:
-                return []
-            state.thinking.append(text)
-            return [ReasoningDelta(text)]
-        if kind == "redacted_thinking":
+            if text is not None:
+                state.thinking.append(text)
+                out.append(ReasoningDelta(text))
+        elif kind == "redacted_thinking":
             data_field = block.get("data")
-            return [ReasoningDelta("", provider_data={"type": kind, "data": data_field})]
-        return []  # server_tool_use, web_search_tool_result, ...: not for the client
+            out.append(ReasoningDelta("", provider_data={"type": kind, "data": data_field}))
+        return out  # ([] for server_tool_use, web_search_tool_result ...: not for the client)
+
+    def _thinking_starts(self) -> list[AgentResponseUpdate]:
+        """A thinking block starts: the refs of the blocks since the last one go first."""
+        self._thought = True
+        if not self._refs:
+            return []
+        self._interleaved = True
+        out: list[AgentResponseUpdate] = [ReasoningDelta("", provider_data=r) for r in self._refs]
+        self._refs.clear()
+        return out
+
+    def _ref(self, ref: dict[str, Any]) -> list[AgentResponseUpdate]:
+        """A text or tool_use block ended after a thinking block: note where it stood."""
+        if self._interleaved:
+            return [ReasoningDelta("", provider_data=ref)]
+        self._refs.append(ref)
+        return []
 
     def _block_delta(
         self, event: ServerSentEvent, data: dict[str, Any]
@@ -305,7 +334,13 @@ class AnthropicDialect:
                 return []  # empty, or a server tool's input
             return [ToolCallArgs(block.id, delta.partial_json)]
         if type(delta) is _TextDelta:
-            return [TextDelta(delta.text)] if delta.text else []
+            if not delta.text:
+                return []
+            if self._thought:  # (a text block's length matters only then)
+                block = self._blocks.get(index)
+                if block is not None:
+                    block.chars += len(delta.text)
+            return [TextDelta(delta.text)]
         assert type(delta) is _ThinkingDelta
         if not delta.thinking:
             return []
@@ -322,11 +357,14 @@ class AnthropicDialect:
             return []
         block.stopped = True
         if block.type == "tool_use":
-            return [ToolCallEnd(block.id)]
+            end: list[AgentResponseUpdate] = [ToolCallEnd(block.id)]
+            return end + self._ref({"type": TOOL_USE_REF, "id": block.id}) if self._thought else end
         if block.type == "thinking":
             whole = {"type": "thinking", "thinking": "".join(block.thinking)}
             whole["signature"] = block.signature or ""
             return [ReasoningDelta("", provider_data=whole)]
+        if block.type == "text" and self._thought and block.chars:
+            return self._ref({"type": TEXT_REF, "chars": block.chars})
         return []
 
     def _message_delta(
