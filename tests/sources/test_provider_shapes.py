@@ -375,6 +375,61 @@ def test_chat_deepseek_usage_with_cache_hit_and_reasoning_tokens() -> None:
     assert response.usage == Usage(339, 83, 422, reasoning_tokens=39, cached_tokens=320)
 
 
+def test_chat_openrouter_reasoning_details_pieces_are_merged_and_go_back() -> None:
+    """OpenRouter streams ``reasoning_details`` of a thinking model in pieces: the text
+    of one entry (``type`` + ``index``) over many deltas, its signature in a later one.
+    They must go back merged, as one entry per index, on the assistant message.
+
+    Evidence: https://openrouter.ai/docs/guides/best-practices/reasoning-tokens
+    (preserving reasoning blocks); the repo's recording
+    ``openai-chat/openrouter-anthropic-thinking-tool.sse`` has exactly this shape.
+    """
+    fmt = "anthropic-claude-v1"
+    pieces = [f"piece {i} " for i in range(2000)]
+    body = sse(
+        *(
+            ch(
+                {
+                    "reasoning": p,
+                    "reasoning_details": [
+                        {"type": "reasoning.text", "text": p, "format": fmt, "index": 0}
+                    ],
+                }
+            )
+            for p in pieces
+        ),
+        ch(
+            {
+                "reasoning_details": [
+                    {"type": "reasoning.text", "signature": "SIG", "format": fmt, "index": 0}
+                ]
+            }
+        ),
+        tc(
+            {
+                "index": 0,
+                "id": "c1",
+                "type": "function",
+                "function": {"name": "f", "arguments": "{}"},
+            }
+        ),
+        ch({}, "tool_calls"),
+        "[DONE]",
+    )
+    response = aggregate(body)
+    assert response.reasoning_text == "".join(pieces)
+    sent = response.turn_transcript[0].to_openai()
+    assert sent["reasoning_details"] == [
+        {
+            "type": "reasoning.text",
+            "text": "".join(pieces),
+            "format": fmt,
+            "index": 0,
+            "signature": "SIG",
+        }
+    ]
+
+
 # ================================================================ anthropic
 
 

@@ -149,6 +149,28 @@ _fit_chunk = fitting(_Chunk)
 _NO_FUNCTION = _Function()
 
 
+class _Detail:
+    """One entry of OpenRouter's ``reasoning_details``, from the pieces streamed of it: its
+    ``text`` / ``summary`` joined (at the end: linear), its other members as last sent."""
+
+    __slots__ = ("fields", "texts")
+
+    def __init__(self) -> None:
+        self.fields: dict[str, Any] = {}
+        self.texts: dict[str, list[str]] = {}
+
+    def add(self, piece: dict[str, Any]) -> None:
+        for name, value in piece.items():
+            if name in ("text", "summary") and isinstance(value, str):
+                self.texts.setdefault(name, []).append(value)
+                self.fields.setdefault(name, "")  # (its place among the members)
+            elif (value is not None and value != "") or name not in self.fields:
+                self.fields[name] = value
+
+    def merged(self) -> dict[str, Any]:
+        return {**self.fields, **{name: "".join(parts) for name, parts in self.texts.items()}}
+
+
 class OpenAIChatDialect:
     """Chat Completions chunks → updates; see the module docstring for the rules."""
 
@@ -171,7 +193,7 @@ class OpenAIChatDialect:
         self._next_index = 0  # the next free wire index
         self._last_index: int | None = None
         self._ids: dict[str, int] = {}  # tool call id → index, for index-less entries
-        self._details: dict[tuple[Any, Any], dict[str, Any]] = {}  # OpenRouter's, merged
+        self._details: dict[tuple[str | None, int | None], _Detail] = {}  # OpenRouter's
 
     @property
     def done(self) -> bool:
@@ -282,27 +304,21 @@ class OpenAIChatDialect:
         finish = self._finish_update(FinishReason.OTHER)
         if not self._details:
             return [finish]
-        block = {"type": REASONING_DETAILS, "details": list(self._details.values())}
+        details = [detail.merged() for detail in self._details.values()]
+        block = {"type": REASONING_DETAILS, "details": details}
         return [ReasoningDelta("", provider_data=block), finish]
 
     def _add_details(self, event: ServerSentEvent, details: list[Any]) -> None:
-        """Merge OpenRouter's ``reasoning_details`` pieces: one entry per (type, index),
-        its ``text`` / ``summary`` joined, its other members (a signature) as last sent."""
+        """Merge OpenRouter's ``reasoning_details`` pieces, one entry per (type, index)."""
         for piece in details:
             if not isinstance(piece, dict):
                 raise malformed(event, "a reasoning_details entry should be an object")
-            key = (piece.get("type"), piece.get("index"))
-            if type(key[1]) is not int:  # (a list would not hash)
-                key = (key[0] if isinstance(key[0], str) else None, None)
-            kept = self._details.get(key)
-            if kept is None:
-                self._details[key] = dict(piece)
-                continue
-            for name, value in piece.items():
-                if name in ("text", "summary") and isinstance(value, str):
-                    kept[name] = (kept.get(name) or "") + value
-                elif value is not None and value != "":
-                    kept[name] = value
+            kind, index = piece.get("type"), piece.get("index")
+            key = (kind if isinstance(kind, str) else None, index if type(index) is int else None)
+            detail = self._details.get(key)
+            if detail is None:
+                detail = self._details[key] = _Detail()
+            detail.add(piece)
 
     def _finish_update(self, default: FinishReason) -> Finish:
         reason = default if self._finish is None else FinishReason.from_provider(self._finish)
