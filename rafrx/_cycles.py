@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import functools
+import threading
 from typing import Generic, TypeVar
 
 from rafrx._call import call_on
@@ -73,33 +73,39 @@ class Outcome(Generic[T]):
         'done'
     """
 
-    __slots__ = ("_error", "_ready", "_value")
-    _value: T  # set with _ready
+    __slots__ = ("_error", "_lock", "_ready", "_settled", "_value")
+    _value: T  # set with _settled
 
     def __init__(self) -> None:
         self._ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._error: BaseException | None = None
+        self._settled = False
+        self._lock = threading.Lock()  # (settled from any thread: the first one counts)
 
     def done(self) -> bool:
         """Whether a result or an error was set (only the first one counts)."""
-        return self._ready.done()
+        return self._settled
 
     def set_result(self, value: T) -> None:
         """Settle with ``value``, unless already settled (from any thread)."""
-        call_on(self._ready.get_loop(), functools.partial(self._set_result, value))
+        with self._lock:
+            if self._settled or self._ready.get_loop().is_closed():
+                return
+            self._settled = True
+            self._value = value
+        call_on(self._ready.get_loop(), self._wake)
 
     def set_exception(self, error: BaseException) -> None:
         """Settle with ``error``, unless already settled (from any thread)."""
-        call_on(self._ready.get_loop(), functools.partial(self._set_exception, error))
-
-    def _set_result(self, value: T) -> None:
-        if not self._ready.done():
-            self._value = value
-            self._ready.set_result(None)
-
-    def _set_exception(self, error: BaseException) -> None:
-        if not self._ready.done():
+        with self._lock:
+            if self._settled or self._ready.get_loop().is_closed():
+                return
+            self._settled = True
             self._error = error
+        call_on(self._ready.get_loop(), self._wake)
+
+    def _wake(self) -> None:
+        if not self._ready.done():
             self._ready.set_result(None)
 
     async def wait(self) -> T:
@@ -111,4 +117,7 @@ class Outcome(Generic[T]):
                 raise error
             finally:
                 del error  # this frame is in its traceback
-        return self._value
+        try:
+            return self._value
+        except AttributeError:
+            raise RuntimeError("the outcome was an error, raised already") from None

@@ -22,6 +22,7 @@ import json
 import logging
 import math
 import re
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Final, final
 
@@ -272,6 +273,12 @@ class ChatMessage:
             for c in calls or ()
             if isinstance(c, Mapping) and c.get("id") and c.get("extra_content") is not None
         )
+        provider_data: dict[str, Any] = {}
+        if extras:
+            provider_data[OPENAI_CALL_EXTRA] = copy.deepcopy(extras)
+        if data.get("reasoning_details"):  # OpenRouter's, as to_openai sends them
+            details = copy.deepcopy(list(data["reasoning_details"]))
+            provider_data[REASONING_DETAILS] = ({"type": REASONING_DETAILS, "details": details},)
         return cls(
             _ROLE_ALIASES.get(role) or MessageRole(role),
             _text_of(data.get("content")),
@@ -279,7 +286,7 @@ class ChatMessage:
             tool_calls=[_call_from_openai(c) for c in calls] if calls else None,
             tool_call_id=data.get("tool_call_id"),
             reasoning=data.get("reasoning_content"),
-            provider_data={OPENAI_CALL_EXTRA: copy.deepcopy(extras)} if extras else None,
+            provider_data=provider_data or None,
         )
 
     def _repr_html_(self) -> str:
@@ -325,28 +332,37 @@ def paired(messages: Iterable[ChatMessage]) -> list[ChatMessage]:
     while i < len(items):
         msg = items[i]
         i += 1
-        if msg.role is MessageRole.TOOL and msg.tool_call_id is not None:
+        if msg.role is MessageRole.TOOL and msg.tool_call_id:  # ("": no id, as a legacy one)
             _log.warning("dropped a tool result for call %r: no call before it", msg.tool_call_id)
             continue
         out.append(msg)
-        calls = msg.tool_calls or ()
-        if msg.role is not MessageRole.ASSISTANT or not calls or not all(c.id for c in calls):
+        calls = msg.tool_calls or () if msg.role is MessageRole.ASSISTANT else ()
+        if not any(call.id for call in calls):  # (legacy calls alone: left as they are)
             continue
-        results: dict[str, ChatMessage] = {}
+        results: dict[str, deque[ChatMessage]] = {}  # (two calls may share an id)
+        unnamed: list[ChatMessage] = []  # the results of its id-less calls, if any
         while i < len(items) and items[i].role is MessageRole.TOOL:
             result = items[i]
             i += 1
-            if result.tool_call_id in results or all(c.id != result.tool_call_id for c in calls):
-                _log.warning("dropped a tool result for call %r", result.tool_call_id)
+            if result.tool_call_id:
+                results.setdefault(result.tool_call_id, deque()).append(result)
             else:
-                results[str(result.tool_call_id)] = result
+                unnamed.append(result)
         for call in calls:
-            if call.id not in results:
+            waiting = results.get(call.id) if call.id else None
+            if waiting:
+                out.append(waiting.popleft())
+            elif not call.id:
+                if unnamed:
+                    out.append(unnamed.pop(0))
+            else:
                 _log.warning("answered call %r, whose result was lost, with an error", call.id)
-            out.append(
-                results.get(call.id)
-                or ChatMessage.tool(LOST_RESULT, call.id, source=msg.source, is_error=True)
-            )
+                error = ChatMessage.tool(LOST_RESULT, call.id, source=msg.source, is_error=True)
+                out.append(error)
+        for call_id, extra in results.items():
+            for _ in extra:
+                _log.warning("dropped a tool result for call %r: no such call", call_id)
+        out.extend(unnamed)
     return out
 
 
@@ -438,7 +454,7 @@ def _unique_call_ids(
                 waiting[call.id].append(call_id)
                 latest[call.id] = call_id
                 calls.append(call if call_id == call.id else attrs.evolve(call, id=call_id))
-            msg = attrs.evolve(msg, tool_calls=calls)
+            msg = _refs_renamed(attrs.evolve(msg, tool_calls=calls), dict(waiting))
         elif msg.role is MessageRole.TOOL and msg.tool_call_id is not None:
             given = msg.tool_call_id
             queue = waiting.get(given)
@@ -447,6 +463,29 @@ def _unique_call_ids(
                 msg = attrs.evolve(msg, tool_call_id=call_id)
         out.append(msg)
     return out
+
+
+def _refs_renamed(msg: ChatMessage, ids: Mapping[str, list[str]]) -> ChatMessage:
+    """``msg`` with the blocks of its ``provider_data`` that name its calls renamed as
+    its calls were (``ids``: each id as given → its calls' new ids, in order)."""
+    if not msg.provider_data:
+        return msg
+    left = {given: list(new) for given, new in ids.items()}
+    data: dict[str, Any] = {}
+    for key, blocks in msg.provider_data.items():
+        if isinstance(blocks, tuple | list):
+            blocks = tuple(_ref_renamed(block, left) for block in blocks)
+        data[key] = blocks
+    return attrs.evolve(msg, provider_data=data) if data != msg.provider_data else msg
+
+
+def _ref_renamed(block: Any, left: dict[str, list[str]]) -> Any:
+    kind = block.get("type") if isinstance(block, Mapping) else None
+    field = _CALL_REFS.get(kind) if isinstance(kind, str) else None
+    given = block.get(field) if field else None
+    if not isinstance(given, str) or not left.get(given):
+        return block
+    return {**block, field: left[given].pop(0)}
 
 
 def _text_of(content: Any) -> str:
@@ -535,6 +574,9 @@ def provider_data_of(blocks: Iterable[Any]) -> dict[str, tuple[Any, ...]] | None
         grouped.setdefault(key or ANTHROPIC_THINKING, []).append(block)
     return {key: tuple(kept) for key, kept in grouped.items()} or None
 
+
+#: The ``provider_data`` blocks naming a call of their message, and the member naming it.
+_CALL_REFS = {TOOL_USE_REF: "id", FUNCTION_CALL_REF: "call_id", "tool_call_extra": "call_id"}
 
 _BLOCK_KEYS = {
     "reasoning": OPENAI_REASONING,

@@ -29,7 +29,7 @@ def new_call_id() -> str:
 class _Slot:
     """The call currently open at one wire index."""
 
-    __slots__ = ("generated", "held", "id", "name", "named_args", "started", "wire_id")
+    __slots__ = ("first_args", "generated", "held", "id", "name", "named", "started", "wire_id")
 
     def __init__(self, call_id: str | None) -> None:
         self.id = call_id  # the call's id in the updates: unique within the response
@@ -38,7 +38,8 @@ class _Slot:
         self.name: str | None = None
         self.started = False
         self.held: list[str] = []
-        self.named_args: list[str] = []  # the arguments of the deltas that carried the name
+        self.named = 0  # deltas that carried the name
+        self.first_args = ""  # the arguments of the first of them
 
     def is_new_call(self, delta: ToolCallDelta) -> bool:
         """Whether ``delta`` starts another call at this index.
@@ -60,11 +61,13 @@ class _Slot:
         )
 
     def _restarts(self, arguments: str) -> bool:
-        if not arguments.lstrip().startswith("{"):
+        # Only after the call's first named delta: a provider that repeats the name on
+        # every fragment is never parsed again and again (linear), nor split.
+        if self.named != 1 or not arguments.lstrip().startswith("{"):
             return False
-        whole = "".join(self.named_args)
-        if not whole.rstrip().endswith("}"):  # (cheap: a provider repeating the name on
-            return False  # every fragment is parsed only where one may end)
+        whole = self.first_args
+        if not whole.rstrip().endswith("}"):
+            return False
         try:
             json.loads(whole)
         except (ValueError, RecursionError):
@@ -141,7 +144,9 @@ class LegacyDeltaSplitter:
         elif delta.id and not slot.id:
             slot.id = slot.wire_id = delta.id
         if delta.name:
-            slot.named_args.append(delta.arguments_delta)
+            slot.named += 1
+            if slot.named == 1:
+                slot.first_args = delta.arguments_delta
         out: list[AgentResponseUpdate] = []
         if delta.name and slot.name is None:
             slot.name = delta.name

@@ -31,11 +31,12 @@ import abc
 import copy
 import functools
 import importlib.metadata
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any, ClassVar, Protocol, TypeAlias, runtime_checkable
 
 import aiohttp
+import attrs
 from reactivex import Observable
 from yarl import URL
 
@@ -180,6 +181,30 @@ def _seen(item: Mapping[str, Any], sent: set[Any]) -> bool:
     return False
 
 
+def _resolvable(items: Iterable[Any]) -> Iterator[Any]:
+    """The input items without the reasoning items a ``store: false`` request cannot
+    resolve (no ``encrypted_content``); the items paired with one go without their ids
+    (the API refuses an ``fc_`` item whose reasoning item is missing)."""
+    unpaired = False
+    for item in items:
+        if not isinstance(item, Mapping):
+            yield item
+        elif item.get("type") == "reasoning":
+            unpaired = not item.get("encrypted_content")
+            if not unpaired:
+                yield item
+        elif unpaired and item.get("type") == "function_call":
+            yield {key: value for key, value in item.items() if key != "id"}
+        elif unpaired and item.get("type") == "message":
+            parts = item.get("content") or ()
+            text = "".join(str(p.get("text", "")) for p in parts if isinstance(p, Mapping))
+            yield {"role": item.get("role", "assistant"), "content": text}
+        else:
+            if item.get("type") in ("function_call_output", None):  # past its output items
+                unpaired = False
+            yield item
+
+
 def _is_reasoning(block: Any) -> bool:
     return isinstance(block, Mapping) and block.get("type") == "reasoning"
 
@@ -206,10 +231,14 @@ def _output_items(msg: ChatMessage, kept: Sequence[Any]) -> list[dict[str, Any]]
     items: list[dict[str, Any]] = []
     calls = {call.id: call for call in msg.tool_calls or ()}
     texts = [b for b in kept if isinstance(b, Mapping) and b.get("type") == MESSAGE_REF]
+    as_kept = "".join(str(b.get("text") or "") for b in texts) == msg.content
     for block in kept:
         kind = block.get("type") if isinstance(block, Mapping) else None
         if kind == MESSAGE_REF:
-            text = msg.content if len(texts) == 1 else str(block.get("text") or "")
+            if as_kept:  # each message item with its own text
+                text = str(block.get("text") or "")
+            else:  # edited since: all of it in the first one
+                text, msg = msg.content, attrs.evolve(msg, content="")
             items.append(
                 {
                     "type": "message",
@@ -226,7 +255,7 @@ def _output_items(msg: ChatMessage, kept: Sequence[Any]) -> list[dict[str, Any]]
         else:
             items.append(copy.deepcopy(block))
     if msg.content and not texts:
-        items.append({"role": msg.role.value, "content": msg.content})
+        items.append({"role": msg.role.value, "content": msg.content})  # (no message item)
     items.extend(_function_call(call) for call in calls.values())  # (ids changed since)
     return items
 
@@ -578,15 +607,7 @@ class OpenAIResponsesClient(LLMClient):
         include = list(payload.get("include") or ())
         if "reasoning.encrypted_content" not in include:
             payload["include"] = [*include, "reasoning.encrypted_content"]
-        payload["input"] = [
-            item
-            for item in payload.get("input") or ()
-            if not (
-                isinstance(item, Mapping)
-                and item.get("type") == "reasoning"
-                and not item.get("encrypted_content")
-            )
-        ]
+        payload["input"] = list(_resolvable(payload.get("input") or ()))
         return payload
 
     async def __aenter__(self) -> OpenAIResponsesClient:

@@ -113,7 +113,7 @@ cached_tokens=100)
 class _Block:
     """A content block being streamed."""
 
-    __slots__ = ("chars", "id", "signature", "stopped", "thinking", "type")
+    __slots__ = ("id", "signature", "start", "stopped", "thinking", "type")
 
     def __init__(self, kind: str, block_id: str = "") -> None:
         self.type = kind
@@ -121,7 +121,7 @@ class _Block:
         self.thinking: list[str] = []
         self.signature: str | None = None
         self.stopped = False
-        self.chars = 0  # a text block's length, counted once the message has thought
+        self.start = 0  # where a text block starts in the message's text
 
 
 # A content_block_delta of text, arguments or thinking (nearly every event of a
@@ -154,7 +154,15 @@ _fit_block_delta = fitting(_BlockDelta)
 class AnthropicDialect:
     """Messages API events → updates; see the module docstring for the rules."""
 
-    __slots__ = ("_blocks", "_done", "_interleaved", "_refs", "_stop_reason", "_thought", "_usage")
+    __slots__ = (
+        "_blocks",
+        "_done",
+        "_interleaved",
+        "_refs",
+        "_stop_reason",
+        "_text_chars",
+        "_usage",
+    )
 
     def __init__(self) -> None:
         self._done = False
@@ -163,8 +171,8 @@ class AnthropicDialect:
         self._usage: dict[str, Any] = {}
         # Interleaved thinking (a thinking block after a text or tool_use block): where
         # those blocks stood goes into provider_data, as TEXT_REF / TOOL_USE_REF blocks.
-        self._thought = False  # a thinking block came: note the blocks after it
-        self._refs: list[dict[str, Any]] = []  # their refs, until a thinking block follows
+        self._text_chars = 0  # the message's text so far (where each text block stands)
+        self._refs: list[dict[str, Any]] = []  # text / tool_use refs, until a thinking block
         self._interleaved = False  # one did: each ref goes out as its block ends
 
     @property
@@ -260,8 +268,11 @@ class AnthropicDialect:
         state = self._blocks[index] = _Block(kind)
         if kind == "text":
             text = as_str(block.get("text"))
-            state.chars = len(text or "")
-            return [] if text is None else [TextDelta(text)]
+            state.start = self._text_chars
+            if text is None:
+                return []
+            self._text_chars += len(text)
+            return [TextDelta(text)]
         out = self._thinking_starts() if kind in ("thinking", "redacted_thinking") else []
         if kind == "thinking":
             text = as_str(block.get("thinking"))
@@ -275,8 +286,7 @@ class AnthropicDialect:
         return out  # ([] for server_tool_use, web_search_tool_result ...: not for the client)
 
     def _thinking_starts(self) -> list[AgentResponseUpdate]:
-        """A thinking block starts: the refs of the blocks since the last one go first."""
-        self._thought = True
+        """A thinking block starts: the refs of the blocks before it go first."""
         if not self._refs:
             return []
         self._interleaved = True
@@ -285,7 +295,7 @@ class AnthropicDialect:
         return out
 
     def _ref(self, ref: dict[str, Any]) -> list[AgentResponseUpdate]:
-        """A text or tool_use block ended after a thinking block: note where it stood."""
+        """A text or tool_use block ended: note where it stood (sent once thinking follows)."""
         if self._interleaved:
             return [ReasoningDelta("", provider_data=ref)]
         self._refs.append(ref)
@@ -336,10 +346,7 @@ class AnthropicDialect:
         if type(delta) is _TextDelta:
             if not delta.text:
                 return []
-            if self._thought:  # (a text block's length matters only then)
-                block = self._blocks.get(index)
-                if block is not None:
-                    block.chars += len(delta.text)
+            self._text_chars += len(delta.text)
             return [TextDelta(delta.text)]
         assert type(delta) is _ThinkingDelta
         if not delta.thinking:
@@ -357,14 +364,13 @@ class AnthropicDialect:
             return []
         block.stopped = True
         if block.type == "tool_use":
-            end: list[AgentResponseUpdate] = [ToolCallEnd(block.id)]
-            return end + self._ref({"type": TOOL_USE_REF, "id": block.id}) if self._thought else end
+            return [ToolCallEnd(block.id), *self._ref({"type": TOOL_USE_REF, "id": block.id})]
         if block.type == "thinking":
             whole = {"type": "thinking", "thinking": "".join(block.thinking)}
             whole["signature"] = block.signature or ""
             return [ReasoningDelta("", provider_data=whole)]
-        if block.type == "text" and self._thought and block.chars:
-            return self._ref({"type": TEXT_REF, "chars": block.chars})
+        if block.type == "text" and self._text_chars > block.start:
+            return self._ref({"type": TEXT_REF, "chars": self._text_chars - block.start})
         return []
 
     def _message_delta(
