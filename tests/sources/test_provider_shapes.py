@@ -35,20 +35,9 @@ from rafrx.events import ToolApprovalRequestEvent
 from rafrx.messages import ToolCall
 from rafrx.response import AgentResponse, AgentResponseResult, FinishReason, Usage
 from rafrx.sources import from_sse
-
-CHUNK = "chat.completion.chunk"
+from tests.sources.test_dialect_quirks import CHUNK, sse
 
 # ---------------------------------------------------------------- helpers
-
-
-def sse(*items: Any) -> bytes:
-    """A body: each item is data (dict/str) or an (event name, data) pair."""
-    out = []
-    for item in items:
-        name, data = item if isinstance(item, tuple) else (None, item)
-        text = data if isinstance(data, str) else json.dumps(data)
-        out.append((f"event: {name}\n" if name else "") + f"data: {text}\n\n")
-    return "".join(out).encode()
 
 
 def ch(delta: dict[str, Any] | None, finish: str | None = None, **extra: Any) -> dict[str, Any]:
