@@ -151,6 +151,8 @@ class TerminalRenderer:
         self._mode = None
 
     def _stream_text(self, mode: str, text: str) -> None:
+        if not text:  # (an empty reasoning delta carries data to send back: nothing to show)
+            return
         if self._mode != mode:
             self._break()
             if mode == "reasoning":

@@ -601,3 +601,20 @@ def test_the_footer_shows_turn_totals_once(calls: int) -> None:
     assert lines.count("tokens: 1 in / 2 out / 3 total · stop") == calls
     totals = "tokens: 2 in / 4 out / 6 total · "
     assert lines[-1] == ("" if calls == 1 else totals) + "finish: stop"
+
+
+@pytest.mark.parametrize(
+    "fixture",
+    [
+        "openai-responses/responses-reasoning-summary-tool.sse",  # a ref after its call
+        "openai-chat/openrouter-anthropic-thinking-tool.sse",  # reasoning_details at the end
+    ],
+)
+def test_replay_shows_no_empty_thinking_for_data_kept_to_send_back(
+    capsys: pytest.CaptureFixture[str], fixture: str
+) -> None:
+    # Blocks kept to go back in a tool loop come as empty reasoning deltas: nothing to show.
+    code, out, _ = run_here(capsys, "replay", str(FIXTURES / fixture), "--plain")
+    assert code == 0
+    assert out.count("[thinking]") == 1, out
+    assert not [line for line in out.splitlines() if line.strip() == "[thinking]"], out

@@ -114,6 +114,8 @@ class LiveState:
         return self._blocks
 
     def _append(self, kind: str, text: str) -> None:
+        if not text:  # (an empty reasoning delta carries data to send back: nothing to show)
+            return
         if self._blocks and self._blocks[-1][0] == kind:
             self._parts.append(text)
         else:
