@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import contextvars
 import functools
 import inspect
@@ -86,4 +87,5 @@ def call_on(loop: asyncio.AbstractEventLoop, callback: Callable[[], object]) -> 
     if running is loop:
         callback()
     elif not loop.is_closed():
-        loop.call_soon_threadsafe(callback)
+        with contextlib.suppress(RuntimeError):  # (it closed meanwhile)
+            loop.call_soon_threadsafe(callback)
