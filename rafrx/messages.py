@@ -53,6 +53,12 @@ __all__ = [
 _log = logging.getLogger(__name__)
 
 
+def _block_type(block: Any) -> str | None:
+    """The ``type`` of a ``provider_data`` block or wire item, ``None`` when it has none."""
+    kind = block.get("type") if isinstance(block, Mapping) else None
+    return kind if isinstance(kind, str) else None
+
+
 class MessageRole(enum.StrEnum):
     """Who speaks."""
 
@@ -480,8 +486,8 @@ def _refs_renamed(msg: ChatMessage, ids: Mapping[str, list[str]]) -> ChatMessage
 
 
 def _ref_renamed(block: Any, left: dict[str, list[str]]) -> Any:
-    kind = block.get("type") if isinstance(block, Mapping) else None
-    field = _CALL_REFS.get(kind) if isinstance(kind, str) else None
+    kind = _block_type(block)
+    field = _CALL_REFS.get(kind) if kind else None
     given = block.get(field) if field else None
     if not isinstance(given, str) or not left.get(given):
         return block
@@ -569,8 +575,8 @@ def provider_data_of(blocks: Iterable[Any]) -> dict[str, tuple[Any, ...]] | None
     """
     grouped: dict[str, list[Any]] = {}
     for block in blocks:
-        kind = block.get("type") if isinstance(block, Mapping) else None
-        key = _BLOCK_KEYS.get(kind) if isinstance(kind, str) else None
+        kind = _block_type(block)
+        key = _BLOCK_KEYS.get(kind) if kind else None
         grouped.setdefault(key or ANTHROPIC_THINKING, []).append(block)
     return {key: tuple(kept) for key, kept in grouped.items()} or None
 
@@ -671,7 +677,7 @@ def _assistant_blocks(msg: ChatMessage, kept: Sequence[Any]) -> list[dict[str, A
     text, at = msg.content, 0
     blocks: list[dict[str, Any]] = []
     for block in kept:
-        kind = block.get("type") if isinstance(block, Mapping) else None
+        kind = _block_type(block)
         if kind == TEXT_REF:
             piece = text[at : at + int(block.get("chars") or 0)]
             at += len(piece)

@@ -36,7 +36,6 @@ from types import TracebackType
 from typing import Any, ClassVar, Protocol, TypeAlias, runtime_checkable
 
 import aiohttp
-import attrs
 from reactivex import Observable
 from yarl import URL
 
@@ -48,6 +47,7 @@ from rafrx.messages import (
     ChatMessage,
     MessageRole,
     ToolCall,
+    _block_type,
     _unique_call_ids,
     to_anthropic,
     to_openai_chat,
@@ -206,11 +206,11 @@ def _resolvable(items: Iterable[Any]) -> Iterator[Any]:
 
 
 def _is_reasoning(block: Any) -> bool:
-    return isinstance(block, Mapping) and block.get("type") == "reasoning"
+    return _block_type(block) == "reasoning"
 
 
 def _is_ref(block: Any) -> bool:
-    return isinstance(block, Mapping) and block.get("type") in (FUNCTION_CALL_REF, MESSAGE_REF)
+    return _block_type(block) in (FUNCTION_CALL_REF, MESSAGE_REF)
 
 
 def _function_call(call: ToolCall, item_id: str | None = None) -> dict[str, Any]:
@@ -230,15 +230,16 @@ def _output_items(msg: ChatMessage, kept: Sequence[Any]) -> list[dict[str, Any]]
     their ids: each reasoning item is followed by the item the API paired it with."""
     items: list[dict[str, Any]] = []
     calls = {call.id: call for call in msg.tool_calls or ()}
-    texts = [b for b in kept if isinstance(b, Mapping) and b.get("type") == MESSAGE_REF]
+    texts = [b for b in kept if _block_type(b) == MESSAGE_REF]
     as_kept = "".join(str(b.get("text") or "") for b in texts) == msg.content
+    unsent = msg.content  # (edited since it streamed: all of it goes in the first item)
     for block in kept:
-        kind = block.get("type") if isinstance(block, Mapping) else None
+        kind = _block_type(block)
         if kind == MESSAGE_REF:
             if as_kept:  # each message item with its own text
                 text = str(block.get("text") or "")
-            else:  # edited since: all of it in the first one
-                text, msg = msg.content, attrs.evolve(msg, content="")
+            else:
+                text, unsent = unsent, ""
             items.append(
                 {
                     "type": "message",
