@@ -167,11 +167,18 @@ class SSEDecoder:
         max_line_bytes: Longest line accepted, in UTF-8 bytes, without its
             line end.
         max_event_bytes: Longest event data accepted, in UTF-8 bytes.
+        error_field: Also read a non-standard ``error: X`` line, as
+            ``event: error`` and ``data: X`` (the standard ignores it). Servers
+            built on llama.cpp before late 2025 report a failure mid-stream
+            that way, with HTTP 200 (ggml-org/llama.cpp#16109); without this,
+            the stream would seem to end well.
 
     Example:
         >>> d = SSEDecoder()
         >>> [e.data for e in d.feed(b"data: a\\ndata: b\\n\\nretry: 3000\\n\\n")], d.retry
         (['a\\nb'], 3000)
+        >>> SSEDecoder(error_field=True).feed(b'error: {"code": 500}\\n\\n')
+        [ServerSentEvent(event='error', data='{"code": 500}', id='', retry=None)]
     """
 
     __slots__ = (
@@ -179,6 +186,7 @@ class SSEDecoder:
         "_data",
         "_data_size",
         "_error",
+        "_error_field",
         "_event_type",
         "_held",
         "_id_buffer",
@@ -197,9 +205,12 @@ class SSEDecoder:
         self,
         max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
         max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
+        *,
+        error_field: bool = False,
     ) -> None:
         if max_line_bytes <= 0 or max_event_bytes <= 0:
             raise ValueError("max_line_bytes and max_event_bytes must be positive")
+        self._error_field = error_field
         self._max_line = max_line_bytes
         self._max_event = max_event_bytes
         # A chunk of at most this many characters is within both limits (4 UTF-8 bytes a char).
@@ -467,6 +478,7 @@ class SSEDecoder:
         id_buffer = self._id_buffer
         last_id = self._last_id
         retry = self._retry
+        error_field = self._error_field
         for line in lines:
             if not line:  # blank line: dispatch
                 if data:
@@ -487,6 +499,8 @@ class SSEDecoder:
             else:
                 name = line
                 value = ""
+            if name == "error" and error_field:  # read as "event: error" + "data: value"
+                name, event_type = "data", "error"
             if name == "data":
                 data.append(value)
                 size += (len(value) if value.isascii() else _utf8_len(value)) + 1

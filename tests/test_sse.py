@@ -738,6 +738,43 @@ def test_event_type_reset_and_empty_event_name() -> None:
     ]
 
 
+LLAMA_CPP_ERROR = b'data: {"n": 1}\n\nerror: {"code": 400}\n\ndata: [DONE]\n\n'
+
+
+def test_error_field_is_ignored_by_default_as_the_standard_says() -> None:
+    assert [(e.event, e.data) for e in iter_events([LLAMA_CPP_ERROR])] == [
+        ("message", '{"n": 1}'),
+        ("message", "[DONE]"),
+    ]
+
+
+@given(offsets=st.lists(st.integers(0, len(LLAMA_CPP_ERROR)), max_size=6))
+@MANY
+def test_error_field_opted_in_is_an_error_event_however_split(offsets: list[int]) -> None:
+    events, _, _ = decode(cut(LLAMA_CPP_ERROR, offsets), SSEDecoder(error_field=True))
+    assert events == [
+        {"type": "message", "data": '{"n": 1}', "last_event_id": ""},
+        {"type": "error", "data": '{"code": 400}', "last_event_id": ""},
+        {"type": "message", "data": "[DONE]", "last_event_id": ""},
+    ]
+
+
+def test_error_field_reads_as_event_error_and_a_data_line() -> None:
+    body = b"id: 7\nerror: a\ndata: b\n\nerror\n\nerrors: c\n\n"
+    events, _, last_id = decode([body], SSEDecoder(error_field=True))
+    assert events == [
+        {"type": "error", "data": "a\nb", "last_event_id": "7"},
+        {"type": "error", "data": "", "last_event_id": "7"},
+    ]
+    assert last_id == "7"
+
+
+def test_error_field_counts_against_the_event_limit() -> None:
+    decoder = SSEDecoder(max_event_bytes=8, error_field=True)
+    with pytest.raises(LimitExceeded, match="max_event_bytes=8"):
+        decoder.feed(b"error: 123456789\n")
+
+
 # ------------------------------------------------------------ ServerSentEvent
 
 

@@ -56,6 +56,11 @@ class UpdateDecoder:
     ...
     rafrx.errors.LimitExceeded: SSE line longer than max_line_bytes=64 bytes ...
 
+    A non-standard ``error:`` line (llama.cpp's servers until late 2025) is
+    read as ``event: error``, so that it fails the stream as the dialect's
+    ``ProviderError`` rather than being ignored (see
+    :class:`~rafrx.sse.SSEDecoder`'s ``error_field``).
+
     Args:
         dialect: A name from :data:`~rafrx.sources.dialects.DIALECTS`, or a
             factory making a :class:`~rafrx.sources.dialects.Dialect`.
@@ -76,7 +81,9 @@ class UpdateDecoder:
         max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
     ) -> None:
         self._dialect = get_dialect(dialect) if isinstance(dialect, str) else dialect()
-        self._sse = SSEDecoder(max_line_bytes=max_line_bytes, max_event_bytes=max_event_bytes)
+        self._sse = SSEDecoder(
+            max_line_bytes=max_line_bytes, max_event_bytes=max_event_bytes, error_field=True
+        )
         self._error: RafrxError | None = None
 
     @property

@@ -284,6 +284,38 @@ def test_chat_vllm_error_chunk_before_any_token_is_typed_and_retryable() -> None
     assert error.partial.text == ""
 
 
+def test_chat_llama_cpp_error_field_mid_stream_is_a_provider_error() -> None:
+    """llama.cpp servers built through 2025 report a failure mid-stream, at HTTP 200,
+    as a non-standard ``error:`` SSE field, then ``data: [DONE]``. A WHATWG decoder
+    drops the field, and the stream would seem to end well.
+
+    Evidence: https://github.com/ggml-org/llama.cpp/pull/16109 (the fix, which
+    changed ``server_sent_event(sink, "error", ...)``),
+    https://github.com/coddy-project/coddy-agent/pull/106 (the exact bytes, b5966).
+    """
+    error_object = {
+        "code": 400,
+        "message": "the request exceeds the available context size. try increasing it",
+        "type": "invalid_request_error",
+    }
+    body = (
+        sse(ch({"role": "assistant", "content": None}), ch({"content": "Par"}))
+        + b"error: "
+        + json.dumps(error_object).encode()
+        + b"\n\n"
+        + sse("[DONE]")
+    )
+    error = failure(body)
+    assert isinstance(error, ProviderError)
+    assert (error.message, error.error_type, error.code) == (
+        error_object["message"],
+        "invalid_request_error",
+        "400",
+    )
+    assert error.partial is not None
+    assert (error.partial.text, error.partial.finish_reason) == ("Par", FinishReason.ERROR)
+
+
 def test_chat_role_and_empty_tool_calls_on_every_delta_then_usage_tail() -> None:
     """Groq (through Portkey) repeats ``role`` and an empty ``tool_calls: []`` on every
     delta; the usage comes in a last chunk with ``choices: []``.
