@@ -30,6 +30,7 @@ import attrs
 
 __all__ = [
     "ANTHROPIC_THINKING",
+    "CUSTOM_TOOL_CALL_REF",
     "FUNCTION_CALL_REF",
     "LOST_RESULT",
     "MESSAGE_REF",
@@ -543,6 +544,13 @@ OPENAI_REASONING = "openai_reasoning"
 FUNCTION_CALL_REF = "rafrx.function_call_ref"
 MESSAGE_REF = "rafrx.message_ref"
 
+#: Type of the ``provider_data`` block (``{"type": ..., "call_id": ..., "id": ...}``, under
+#: :data:`OPENAI_REASONING`) marking a call of a Responses *custom* tool: its free-form
+#: input arrives as the arguments ``{"input": text}``, and the call and its result go
+#: back as ``custom_tool_call`` / ``custom_tool_call_output`` items. It also stands
+#: where the call's output item did, as :data:`FUNCTION_CALL_REF` does.
+CUSTOM_TOOL_CALL_REF = "rafrx.custom_tool_call_ref"
+
 #: Types of the ``provider_data`` blocks marking where an Anthropic assistant message's
 #: text blocks (``{"type": TEXT_REF, "chars": n}``: its next ``n`` characters) and
 #: ``tool_use`` blocks (``{"type": TOOL_USE_REF, "id": ...}``) stood among its thinking
@@ -582,11 +590,17 @@ def provider_data_of(blocks: Iterable[Any]) -> dict[str, tuple[Any, ...]] | None
 
 
 #: The ``provider_data`` blocks naming a call of their message, and the member naming it.
-_CALL_REFS = {TOOL_USE_REF: "id", FUNCTION_CALL_REF: "call_id", "tool_call_extra": "call_id"}
+_CALL_REFS = {
+    TOOL_USE_REF: "id",
+    FUNCTION_CALL_REF: "call_id",
+    CUSTOM_TOOL_CALL_REF: "call_id",
+    "tool_call_extra": "call_id",
+}
 
 _BLOCK_KEYS = {
     "reasoning": OPENAI_REASONING,
     FUNCTION_CALL_REF: OPENAI_REASONING,
+    CUSTOM_TOOL_CALL_REF: OPENAI_REASONING,
     MESSAGE_REF: OPENAI_REASONING,
     "tool_call_extra": OPENAI_CALL_EXTRA,
     REASONING_DETAILS: REASONING_DETAILS,

@@ -561,3 +561,79 @@ async def test_responses_parallel_calls_go_back_grouped_after_their_reasoning(
     kinds = [i.get("type", i.get("role")) for i in second.messages]
     assert kinds == ["user", "reasoning", *["function_call"] * 3, *["function_call_output"] * 3]
     assert [i["call_id"] for i in second.messages[2:]] == [f"call_{c}" for c in cities] * 2
+
+
+@tool
+def run_code(input: str) -> str:
+    """Run Python code (a custom tool: its input is the code itself)."""
+    return f"ran {len(input)} characters"
+
+
+def _custom_call_turn(code: str, *, reasoning: bool) -> bytes:
+    """A Responses turn calling the custom tool ``run_code`` with ``code`` (in 3 pieces)."""
+    response = {"id": "resp_c", "object": "response", "model": "gpt-5", "output": []}
+    call = {"type": "custom_tool_call", "id": "ctc_1", "call_id": "call_c", "name": "run_code"}
+    reasoning_item = {"type": "reasoning", "id": "rs_c", "summary": [], "encrypted_content": "E"}
+    done_call = {**call, "status": "completed", "input": code}
+    at = 1 if reasoning else 0
+    events = [_event("response.created", {"type": "response.created", "response": response})]
+    if reasoning:
+        done = {"type": "response.output_item.done", "output_index": 0, "item": reasoning_item}
+        events.append(_event(done["type"], done))
+    added = {
+        "type": "response.output_item.added",
+        "output_index": at,
+        "item": {**call, "input": ""},
+    }
+    events.append(_event(added["type"], added))
+    third = len(code) // 3
+    for piece in (code[:third], code[third : 2 * third], code[2 * third :]):
+        kind = "response.custom_tool_call_input.delta"
+        events.append(
+            _event(kind, {"type": kind, "item_id": "ctc_1", "output_index": at, "delta": piece})
+        )
+    kind = "response.custom_tool_call_input.done"
+    events.append(
+        _event(kind, {"type": kind, "item_id": "ctc_1", "output_index": at, "input": code})
+    )
+    kind = "response.output_item.done"
+    events.append(_event(kind, {"type": kind, "output_index": at, "item": done_call}))
+    output = [reasoning_item, done_call] if reasoning else [done_call]
+    kind = "response.completed"
+    events.append(_event(kind, {"type": kind, "response": {**response, "output": output}}))
+    return "".join(events).encode()
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("reasoning", [False, True])
+async def test_responses_custom_tool_call_runs_and_goes_back_as_custom_items(
+    server: LLMServer, reasoning: bool
+) -> None:
+    """GPT-5's custom tools take free-form input: the call streams as a
+    ``custom_tool_call`` item with ``custom_tool_call_input.delta`` events, and the
+    next request must send it back as that item, with its result as a
+    ``custom_tool_call_output`` (a ``function_call`` for a custom tool is refused).
+    After a reasoning item, the call goes back with its id, as function calls do.
+
+    Evidence: openai-python ``ResponseCustomToolCall`` /
+    ``ResponseCustomToolCallInputDeltaEvent`` / ``ResponseCustomToolCallOutputParam``
+    (installed); https://platform.openai.com/docs/guides/function-calling#custom-tools.
+    """
+    code = 'print("héllo")\nx = {"a": 1}  # \\ and "quotes"\n'
+    server.enqueue(Replay(_custom_call_turn(code, reasoning=reasoning)), Reply(text="Done."))
+    async with OpenAIResponsesClient(server.url, "sk", model="gpt-5") as client:
+        agent = Agent(client, tools=[run_code])
+        await _send(agent, "Run it.")
+    second = server.requests[1]
+    assert body_problems("openai-responses", second.json) == []
+    items = [i for i in second.messages if i.get("type") != "reasoning"]
+    call, output = items[-2:]
+    assert call["type"] == "custom_tool_call"
+    assert (call["call_id"], call["name"], call["input"]) == ("call_c", "run_code", code)
+    assert "arguments" not in call
+    assert call.get("id") == ("ctc_1" if reasoning else None)
+    assert output == {
+        "type": "custom_tool_call_output",
+        "call_id": "call_c",
+        "output": f"ran {len(code)} characters",
+    }

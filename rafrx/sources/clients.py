@@ -41,6 +41,7 @@ from yarl import URL
 
 from rafrx._redaction import SECRET_HEADERS, url_secrets
 from rafrx.messages import (
+    CUSTOM_TOOL_CALL_REF,
     FUNCTION_CALL_REF,
     MESSAGE_REF,
     OPENAI_REASONING,
@@ -138,7 +139,9 @@ def to_responses_input(messages: Iterable[ChatMessage]) -> list[dict[str, Any]]:
     back before it, as the Responses API asks in a tool loop, each once; with
     the output items that followed them (their ids kept as ``FUNCTION_CALL_REF``
     / ``MESSAGE_REF`` blocks beside them) in their order and with their ids, as
-    the API pairs a reasoning item with the item after it.
+    the API pairs a reasoning item with the item after it. A custom tool's
+    call (marked by a ``CUSTOM_TOOL_CALL_REF`` block) and its result go back as
+    ``custom_tool_call`` and ``custom_tool_call_output`` items.
 
     Example:
         >>> from rafrx.messages import ToolCall
@@ -151,22 +154,30 @@ def to_responses_input(messages: Iterable[ChatMessage]) -> list[dict[str, Any]]:
     """
     items: list[dict[str, Any]] = []
     sent: set[Any] = set()  # reasoning item ids: the API refuses one sent twice
-    for msg in _unique_call_ids(messages):
+    conversation = _unique_call_ids(messages)
+    custom = {  # the custom tools' call ids
+        block.get("call_id")
+        for msg in conversation
+        if msg.provider_data
+        for block in msg.provider_data.get(OPENAI_REASONING, ())
+        if _block_type(block) == CUSTOM_TOOL_CALL_REF
+    }
+    for msg in conversation:
         if msg.role is MessageRole.TOOL:
-            items.append(
-                {"type": "function_call_output", "call_id": msg.tool_call_id, "output": msg.content}
-            )
+            custom_call = msg.tool_call_id in custom
+            kind = "custom_tool_call_output" if custom_call else "function_call_output"
+            items.append({"type": kind, "call_id": msg.tool_call_id, "output": msg.content})
             continue
         kept = msg.provider_data.get(OPENAI_REASONING, ()) if msg.provider_data else ()
         kept = [block for block in kept if not (_is_reasoning(block) and _seen(block, sent))]
         if any(_is_reasoning(block) for block in kept) and any(_is_ref(b) for b in kept):
-            items += _output_items(msg, kept)  # each reasoning item and the item after it
+            items += _output_items(msg, kept, custom)  # each reasoning item and the one after
             continue
         # (the caller's to change:)
         items.extend(copy.deepcopy(block) for block in kept if not _is_ref(block))
         if msg.content or not msg.tool_calls:
             items.append({"role": msg.role.value, "content": msg.content})
-        items.extend(_function_call(call) for call in msg.tool_calls or ())
+        items.extend(_call_item(call, call.id in custom) for call in msg.tool_calls or ())
     return items
 
 
@@ -193,14 +204,14 @@ def _resolvable(items: Iterable[Any]) -> Iterator[Any]:
             unpaired = not item.get("encrypted_content")
             if not unpaired:
                 yield item
-        elif unpaired and item.get("type") == "function_call":
+        elif unpaired and item.get("type") in ("function_call", "custom_tool_call"):
             yield {key: value for key, value in item.items() if key != "id"}
         elif unpaired and item.get("type") == "message":
             parts = item.get("content") or ()
             text = "".join(str(p.get("text", "")) for p in parts if isinstance(p, Mapping))
             yield {"role": item.get("role", "assistant"), "content": text}
         else:
-            if item.get("type") in ("function_call_output", None):  # past its output items
+            if item.get("type") in _RESULTS:  # past its output items
                 unpaired = False
             yield item
 
@@ -209,23 +220,30 @@ def _is_reasoning(block: Any) -> bool:
     return _block_type(block) == "reasoning"
 
 
+_RESULTS = ("function_call_output", "custom_tool_call_output", None)
+_CALL_REF_TYPES = (FUNCTION_CALL_REF, CUSTOM_TOOL_CALL_REF)
+
+
 def _is_ref(block: Any) -> bool:
-    return _block_type(block) in (FUNCTION_CALL_REF, MESSAGE_REF)
+    return _block_type(block) in (FUNCTION_CALL_REF, CUSTOM_TOOL_CALL_REF, MESSAGE_REF)
 
 
-def _function_call(call: ToolCall, item_id: str | None = None) -> dict[str, Any]:
-    item = {
-        "type": "function_call",
-        "call_id": call.id,
-        "name": call.name,
-        "arguments": call.arguments_json(),
-    }
+def _call_item(call: ToolCall, custom: bool, item_id: str | None = None) -> dict[str, Any]:
+    """A ``function_call`` item, or a ``custom_tool_call`` one with the ``input`` text."""
+    item = {"type": "function_call", "call_id": call.id, "name": call.name}
+    arguments = call.arguments
+    if custom and isinstance(arguments, Mapping) and isinstance(arguments.get("input"), str):
+        item.update(type="custom_tool_call", input=arguments["input"])
+    elif custom:  # (edited since into something else: sent as it is)
+        item.update(type="custom_tool_call", input=call.arguments_json())
+    else:
+        item["arguments"] = call.arguments_json()
     if item_id is not None:
         item["id"] = item_id
     return item
 
 
-def _output_items(msg: ChatMessage, kept: Sequence[Any]) -> list[dict[str, Any]]:
+def _output_items(msg: ChatMessage, kept: Sequence[Any], custom: set[Any]) -> list[dict[str, Any]]:
     """An assistant message as the output items it streamed, in their order and with
     their ids: each reasoning item is followed by the item the API paired it with."""
     items: list[dict[str, Any]] = []
@@ -249,15 +267,15 @@ def _output_items(msg: ChatMessage, kept: Sequence[Any]) -> list[dict[str, Any]]
                     "content": [{"type": "output_text", "text": text, "annotations": []}],
                 }
             )
-        elif kind == FUNCTION_CALL_REF:
+        elif kind in _CALL_REF_TYPES:
             call = calls.pop(block.get("call_id"), None)
             if call is not None:
-                items.append(_function_call(call, block["id"]))
+                items.append(_call_item(call, call.id in custom, block.get("id")))
         else:
             items.append(copy.deepcopy(block))
     if msg.content and not texts:
         items.append({"role": msg.role.value, "content": msg.content})  # (no message item)
-    items.extend(_function_call(call) for call in calls.values())  # (ids changed since)
+    items.extend(_call_item(call, call.id in custom) for call in calls.values())  # (renamed)
     return items
 
 

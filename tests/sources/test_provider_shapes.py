@@ -29,7 +29,7 @@ from openai.types.chat import ChatCompletionChunk
 from openai.types.responses import Response
 
 from rafrx import operators as ops
-from rafrx.content import UriContent
+from rafrx.content import ToolCallArgsProgressContent, UriContent
 from rafrx.errors import ProviderError, RafrxError
 from rafrx.events import ToolApprovalRequestEvent
 from rafrx.messages import ToolCall
@@ -763,6 +763,76 @@ def test_responses_failed_context_length_after_text_keeps_the_partial() -> None:
     assert error.partial is not None
     assert (error.partial.text, error.partial.finish_reason) == ("Part", FinishReason.ERROR)
     assert error.partial.id == "resp_01"
+
+
+def custom_call_body(code: str, pieces: int, *, done: bool = True) -> bytes:
+    """A Responses turn calling the custom tool ``run_code`` with ``code``."""
+    call = {"type": "custom_tool_call", "id": "ctc_01", "call_id": "call_01", "name": "run_code"}
+    size = -(-len(code) // pieces)
+    deltas = [
+        rs(
+            "response.custom_tool_call_input.delta",
+            item_id="ctc_01",
+            output_index=0,
+            delta=code[i : i + size],
+        )
+        for i in range(0, len(code), size)
+    ]
+    finished = {**call, "status": "completed", "input": code}
+    tail = [
+        rs("response.custom_tool_call_input.done", item_id="ctc_01", output_index=0, input=code),
+        rs("response.output_item.done", output_index=0, item=finished),
+        completed(finished),
+    ]
+    return sse(
+        rs("response.created", response=RESP),
+        rs("response.output_item.added", output_index=0, item={**call, "input": ""}),
+        *deltas,
+        *(tail if done else ()),
+    )
+
+
+def test_responses_custom_tool_call_input_streams_as_an_input_argument() -> None:
+    """A custom tool (GPT-5's free-form tools) is called with an ``input`` text, not JSON
+    arguments: ``output_item.added`` (a ``custom_tool_call``), then
+    ``custom_tool_call_input.delta`` events, ``custom_tool_call_input.done`` and
+    ``output_item.done``. rafrx delivers the call with the arguments ``{"input": text}``,
+    the text growing as it streams (Progress events) however it is escaped.
+
+    Evidence: openai-python ``ResponseCustomToolCall``,
+    ``ResponseCustomToolCallInputDeltaEvent`` (installed);
+    https://platform.openai.com/docs/guides/function-calling#custom-tools.
+    Oracle: the final ``Response``'s ``custom_tool_call`` item (openai-python's model).
+    """
+    code = 'print("héllo 😀")\n\tpath = "C:\\temp"\n'
+    body = custom_call_body(code, pieces=7)
+    final = Response.model_validate(dict(sse_events(body))["response.completed"]["response"])
+    [sdk_call] = final.output
+    response = aggregate(body, "openai-responses")
+    assert response.finish_reason is FinishReason.TOOL_CALLS
+    [call] = response.tool_calls
+    assert (call.id, call.name, call.arguments) == (
+        "call_01",
+        "run_code",
+        {"input": sdk_call.input},
+    )
+    grown = "".join(
+        c.value
+        for r in converted(body, "openai-responses")
+        for c in r.contents
+        if isinstance(c, ToolCallArgsProgressContent)
+    )
+    assert grown == code
+
+
+def test_responses_custom_tool_call_cut_short_keeps_what_streamed() -> None:
+    """The same stream cut after the input deltas: a typed error, and the partial response
+    keeps the call with the input received (its arguments incomplete)."""
+    error = failure(custom_call_body("x = 1\ny = 2\n", pieces=3, done=False), "openai-responses")
+    assert error.partial is not None
+    [call] = error.partial.tool_calls
+    assert call.name == "run_code"
+    assert call.raw_arguments == '{"input": "x = 1\\ny = 2\\n'
 
 
 def sse_events(body: bytes) -> list[tuple[str, Any]]:

@@ -20,6 +20,10 @@ no ``event:`` line):
   ``function_call_arguments.delta`` events → ``ToolCallArgs`` and the first
   of ``function_call_arguments.done`` / ``output_item.done`` →
   ``ToolCallEnd`` (preceded by the whole arguments when no delta came);
+* a ``custom_tool_call`` output item (a custom tool's free-form input) →
+  the same, its ``custom_tool_call_input.delta`` events being the text of the
+  arguments ``{"input": text}``, and a ``CUSTOM_TOOL_CALL_REF`` block at its
+  end, so that the call and its result go back as custom tool items;
 * an ``mcp_approval_request`` output item (a remote MCP tool waiting for
   approval) → :class:`~rafrx.updates.ToolApprovalRequest` with the item's id;
 * URL annotations (``output_text.annotation.added``, or those first seen on
@@ -46,7 +50,7 @@ from typing import Any
 
 from rafrx import response
 from rafrx.errors import IncompleteStream
-from rafrx.messages import FUNCTION_CALL_REF, MESSAGE_REF
+from rafrx.messages import CUSTOM_TOOL_CALL_REF, FUNCTION_CALL_REF, MESSAGE_REF
 from rafrx.response import FinishReason
 from rafrx.sources.dialects._common import (
     as_int,
@@ -88,13 +92,24 @@ cached_tokens=None)
     return openai_usage(usage, prompt="input", completion="output")
 
 
+_CALLS = ("function_call", "custom_tool_call")
+_INPUT_HEAD = '{"input": "'  # a custom call's arguments, around its JSON-escaped input
+_INPUT_TAIL = '"}'
+
+
+def _escaped(text: str) -> str:
+    """``text`` as it stands inside a JSON string (a piece of it: the same)."""
+    return json.dumps(text, ensure_ascii=False)[1:-1]
+
+
 class _Call:
-    """A function call output item."""
+    """A function call output item (or a custom tool call item)."""
 
-    __slots__ = ("call_id", "ended", "got_args", "named")
+    __slots__ = ("call_id", "custom", "ended", "got_args", "named")
 
-    def __init__(self, call_id: str) -> None:
+    def __init__(self, call_id: str, custom: bool) -> None:
         self.call_id = call_id
+        self.custom = custom  # its input is free-form text: the arguments wrap it
         self.got_args = False
         self.ended = False
         self.named = False  # its output item's id was sent (a FUNCTION_CALL_REF)
@@ -192,10 +207,13 @@ class OpenAIResponsesDialect:
         call_id = as_str(item.get("call_id")) or item_id
         name = as_str(item.get("name"))
         if call_id is None or name is None:
-            raise malformed(event, "a function_call item needs a 'call_id' and a 'name'")
+            raise malformed(event, f"a {item.get('type')} item needs a 'call_id' and a 'name'")
         if self._key(item_id, call_id) is not None:
             return []  # known: by its item id, or (an item first sent without one) its call id
-        self._calls[item_id or call_id] = _Call(call_id)
+        custom = item.get("type") == "custom_tool_call"
+        self._calls[item_id or call_id] = _Call(call_id, custom)
+        if custom:
+            return [ToolCallStart(call_id, name), ToolCallArgs(call_id, _INPUT_HEAD)]
         return [ToolCallStart(call_id, name)]
 
     def _key(self, item_id: str | None, call_id: str | None) -> str | None:
@@ -208,14 +226,19 @@ class OpenAIResponsesDialect:
                     return key
         return None
 
-    def _end_call(self, item_id: str | None, arguments: Any) -> list[AgentResponseUpdate]:
+    def _end_call(self, item_id: str | None, source: dict[str, Any]) -> list[AgentResponseUpdate]:
+        """End a call; ``source`` (the item or the ``.done`` event) may hold its arguments."""
         call = None if item_id is None else self._calls.get(item_id)
         if call is None or call.ended:
             return []
         call.ended = True
+        arguments = source.get("input" if call.custom else "arguments")
         out: list[AgentResponseUpdate] = []
         if not call.got_args and isinstance(arguments, str) and arguments:
-            out.append(ToolCallArgs(call.call_id, arguments))
+            text = _escaped(arguments) if call.custom else arguments
+            out.append(ToolCallArgs(call.call_id, text))
+        if call.custom:
+            out.append(ToolCallArgs(call.call_id, _INPUT_TAIL))
         out.append(ToolCallEnd(call.call_id))
         return out
 
@@ -223,7 +246,7 @@ class OpenAIResponsesDialect:
         self, event: ServerSentEvent, data: dict[str, Any]
     ) -> list[AgentResponseUpdate]:
         item = get_object(event, data, "item") or {}
-        if item.get("type") != "function_call":
+        if item.get("type") not in _CALLS:
             return []
         return self._start_call(event, item)
 
@@ -236,21 +259,29 @@ class OpenAIResponsesDialect:
         if call is None or call.ended or delta is None:
             return []
         call.got_args = True
-        return [ToolCallArgs(call.call_id, delta)]
+        return [ToolCallArgs(call.call_id, _escaped(delta) if call.custom else delta)]
 
     def _args_done(self, event: ServerSentEvent, data: dict[str, Any]) -> list[AgentResponseUpdate]:
-        return self._end_call(as_str(data.get("item_id")), data.get("arguments"))
+        return self._end_call(as_str(data.get("item_id")), data)
 
     def _item_done(self, event: ServerSentEvent, data: dict[str, Any]) -> list[AgentResponseUpdate]:
         item = get_object(event, data, "item") or {}
         kind = item.get("type")
         item_id = as_str(item.get("id"))
-        if kind == "function_call":
+        if kind in _CALLS:
             out = self._start_call(event, item)  # no-op when output_item.added came
             key = self._key(item_id, as_str(item.get("call_id")))
-            out += self._end_call(key, item.get("arguments"))
             call = None if key is None else self._calls[key]
-            if self._reasoned and item_id is not None and call is not None and not call.named:
+            out += self._end_call(key, item)
+            if call is None or call.named:
+                return out
+            if call.custom:  # marked whether a reasoning item came or not
+                call.named = True
+                ref = {"type": CUSTOM_TOOL_CALL_REF, "call_id": call.call_id}
+                if item_id is not None:
+                    ref["id"] = item_id
+                out.append(ReasoningDelta("", provider_data=ref))
+            elif self._reasoned and item_id is not None:
                 call.named = True
                 ref = {"type": FUNCTION_CALL_REF, "id": item_id, "call_id": call.call_id}
                 out.append(ReasoningDelta("", provider_data=ref))
@@ -321,7 +352,7 @@ class OpenAIResponsesDialect:
         self._done = True
         out: list[AgentResponseUpdate] = []
         for item in get_list(event, body, "output"):
-            if isinstance(item, dict) and item.get("type") == "function_call":
+            if isinstance(item, dict) and item.get("type") in _CALLS:
                 # A call no output_item event brought (a minimal compatible server): it
                 # is in the final output only, and is delivered from there.
                 out += self._item_done(event, {"item": item})
@@ -362,6 +393,8 @@ _HANDLERS = {
     "response.output_item.added": OpenAIResponsesDialect._item_added,
     "response.function_call_arguments.delta": OpenAIResponsesDialect._args_delta,
     "response.function_call_arguments.done": OpenAIResponsesDialect._args_done,
+    "response.custom_tool_call_input.delta": OpenAIResponsesDialect._args_delta,
+    "response.custom_tool_call_input.done": OpenAIResponsesDialect._args_done,
     "response.output_item.done": OpenAIResponsesDialect._item_done,
     "response.content_part.done": OpenAIResponsesDialect._part_done,
     "response.output_text.annotation.added": OpenAIResponsesDialect._annotation,
