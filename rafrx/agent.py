@@ -128,6 +128,8 @@ class Agent:
         max_result_chars: Longest tool result or error sent back to the model.
         eager_tools: Start each tool as soon as its arguments are complete,
             while the model still streams later calls.
+        approval_timeout: Seconds an approval request may wait for its
+            answer; then the call is denied (``None``: no limit).
 
     The arguments are kept as attributes of the same names; assigning
     ``tools`` or ``approver`` takes effect from the next LLM call on.
@@ -164,6 +166,7 @@ class Agent:
         concurrency: int = 8,
         max_result_chars: int = 100_000,
         eager_tools: bool = False,
+        approval_timeout: float | None = None,
     ) -> None:
         if max_steps < 1:
             raise ValueError(f"max_steps must be at least 1, got {max_steps}")
@@ -178,6 +181,7 @@ class Agent:
         self.eager_tools = eager_tools
         self.concurrency = concurrency
         self.max_result_chars = max_result_chars
+        self.approval_timeout = approval_timeout
         self._saving: set[asyncio.Future[None]] = set()  # history saves running
         self._turns: set[_Turn] = set()  # turns running (not yet ended nor stopped)
         self._executor()  # validates the tool table (duplicate names, concurrency) up front
@@ -189,6 +193,7 @@ class Agent:
             self.approver,
             concurrency=self.concurrency,
             max_result_chars=self.max_result_chars,
+            approval_timeout=self.approval_timeout,
         )
 
     def __repr__(self) -> str:

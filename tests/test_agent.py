@@ -15,6 +15,7 @@ import reactivex
 from reactivex import Observable, abc
 from reactivex import operators as rx
 from reactivex.disposable import Disposable
+from reactivex.subject import Subject
 
 from rafrx import operators as ops
 from rafrx import updates as u
@@ -41,7 +42,7 @@ from rafrx.sources.clients import (
     to_responses_input,
 )
 from rafrx.testing import LLMServer, Reply, ToolCallSpec
-from rafrx.tools import Tool, tool
+from rafrx.tools import Tool, ToolApprovalResponse, tool
 
 EXTERNAL = MessageSource.EXTERNAL
 HISTORY = MessageSource.CHAT_HISTORY
@@ -363,6 +364,20 @@ async def test_approval_granted_and_denied_through_the_agents_approver() -> None
         ("c1", "deleted tmp.txt"),
         ("c2", "Error: the user denied the call to tool 'delete'; it was not run"),
     ]
+
+
+@pytest.mark.asyncio
+async def test_an_approval_nobody_answers_is_denied_at_the_agents_approval_timeout() -> None:
+    answers: Subject[ToolApprovalResponse] = Subject()  # a UI that never answers
+    client = FakeClient(calls(("c1", "delete", '{"path": "a"}')), text("Not deleted."))
+    agent = Agent(client, tools=[delete], approver=answers, approval_timeout=0.05)
+    response = await asyncio.wait_for(agent.send("delete a"), 5)
+    assert response.text == "Not deleted."
+    assert [m.content for m in response.tool_messages] == [
+        "Error: the call to tool 'delete' was denied: no answer to its approval request"
+        " within 0.05 s; it was not run"
+    ]
+    assert agent.approval_timeout == 0.05
 
 
 @pytest.mark.asyncio

@@ -259,6 +259,7 @@ def execute_tools(
     *,
     concurrency: int = 8,
     max_result_chars: int = 100_000,
+    approval_timeout: float | None = None,
 ) -> Operator[AgentResponseResult, AgentResponseResult]:
     """Run each ``ToolCallingContent`` and emit its ``ToolCalledContent``.
 
@@ -282,8 +283,10 @@ def execute_tools(
     each subscription (an agent makes one per LLM call) takes the answers
     given from then on, where a ``ReplaySubject`` or a cold observable would
     replay old answers, which count for a later call with the same id. The
-    event holds a copy of the arguments. Completion waits for every running
-    tool; disposal cancels them.
+    event holds a copy of the arguments. With ``approval_timeout`` (seconds),
+    a request not answered in time is denied, saying so, and a later answer
+    to it is ignored. Completion waits for every running tool; disposal
+    cancels them.
 
     .. marble::
         :text:
@@ -313,4 +316,10 @@ def execute_tools(
     """  # noqa: E501
     from rafrx.operators._execute_tools import execute_tools as _op
 
-    return _op(tools, approver, concurrency=concurrency, max_result_chars=max_result_chars)
+    return _op(
+        tools,
+        approver,
+        concurrency=concurrency,
+        max_result_chars=max_result_chars,
+        approval_timeout=approval_timeout,
+    )

@@ -65,10 +65,12 @@ class _Runner:
         approver: Approver | None,
         concurrency: int,
         max_chars: int,
+        approval_timeout: float | None,
     ) -> None:
         self.observer = observer
         self.tools = tools
         self.approver = approver
+        self.approval_timeout = approval_timeout
         self.max_chars = max_chars
         self.concurrency = concurrency
         self.semaphore: asyncio.Semaphore | None = None
@@ -77,6 +79,7 @@ class _Runner:
         self.tasks: set[asyncio.Task[None]] = set()
         self.seen: set[str] = set()
         self.answers: dict[str, ToolApprovalResponse] = {}
+        self.expired: set[str] = set()  # calls whose approval timed out: late answers dropped
         self.waiting: dict[str, asyncio.Future[ToolApprovalResponse]] = {}
         self.answers_closed: str | None = None  # why no answer can come any more
         self.upstream = SingleAssignmentDisposable()
@@ -137,6 +140,8 @@ class _Runner:
 
     def take_answer(self, answer: ToolApprovalResponse) -> None:
         future = self.waiting.pop(answer.call_id, None)
+        if answer.call_id in self.expired:
+            return
         if future is None:
             self.answers.setdefault(answer.call_id, answer)  # the first answer counts
         elif not future.done():
@@ -259,17 +264,33 @@ class _Runner:
         self.emit(AgentResponseResult(result.id, result.model, None, (), (request,)))
         if self.stopped:  # disposed on seeing the request: no one is asked
             raise asyncio.CancelledError
+        self.expired.discard(call.call_id)  # (a later LLM call may reuse the id: ask again)
+        try:
+            async with asyncio.timeout(self.approval_timeout):
+                answer = await self.answer(approver, request)
+        except TimeoutError:
+            self.expired.add(call.call_id)
+            self.waiting.pop(call.call_id, None)
+            raise ToolApprovalDenied(
+                f"the call to tool {call.name!r} was denied: no answer to its approval "
+                f"request within {self.approval_timeout:g} s; it was not run"
+            ) from None
+        _check_answer(answer, call)
+
+    async def answer(self, approver: Approver, request: ToolApprovalRequestEvent) -> Any:
+        """The approver's answer to ``request``, however it gives it."""
         if isinstance(approver, Observable):
-            answer: Any = self.answers.pop(call.call_id, None)
+            answer: Any = self.answers.pop(request.call_id, None)
             if answer is None and self.answers_closed is not None:
-                answer = ToolApprovalResponse(call.call_id, False, self.answers_closed)
+                answer = ToolApprovalResponse(request.call_id, False, self.answers_closed)
             if answer is None:
                 future = asyncio.get_running_loop().create_future()
-                self.waiting[call.call_id] = future
+                self.waiting[request.call_id] = future
                 answer = await future
-        else:  # (a sync approver may block, a terminal prompt: it runs in a worker thread)
-            answer = await call_function(approver, (request,), {})
-        _check_answer(answer, call)
+            return answer
+        # A sync approver may block (a terminal prompt): it runs in a worker thread, which
+        # a timeout leaves to finish on its own (its answer is then ignored).
+        return await call_function(approver, (request,), {})
 
 
 def _running_loop() -> asyncio.AbstractEventLoop | None:
@@ -320,6 +341,7 @@ def execute_tools(
     *,
     concurrency: int = 8,
     max_result_chars: int = 100_000,
+    approval_timeout: float | None = None,
 ) -> Operator[AgentResponseResult, AgentResponseResult]:
     """See :func:`rafrx.operators.execute_tools`."""
     table: dict[str, Tool] = {}
@@ -330,13 +352,17 @@ def execute_tools(
         table[t.name] = t
     if concurrency < 1:
         raise ValueError(f"concurrency must be at least 1, got {concurrency}")
+    if approval_timeout is not None and not approval_timeout > 0:
+        raise ValueError(f"approval_timeout must be positive or None, got {approval_timeout}")
 
     def operator(source: Observable[AgentResponseResult]) -> Observable[AgentResponseResult]:
         def subscribe(
             observer: abc.ObserverBase[AgentResponseResult],
             scheduler: abc.SchedulerBase | None = None,
         ) -> abc.DisposableBase:
-            runner = _Runner(observer, table, approver, concurrency, max_result_chars)
+            runner = _Runner(
+                observer, table, approver, concurrency, max_result_chars, approval_timeout
+            )
             answers = SingleAssignmentDisposable()
             if isinstance(approver, Observable):
                 answers.disposable = approver.subscribe(

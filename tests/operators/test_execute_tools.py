@@ -20,7 +20,7 @@ from rafrx import operators as ops
 from rafrx import updates as u
 from rafrx.content import ResponseMetadata, TextContent, ToolCalledContent, ToolCallingContent
 from rafrx.errors import ProviderError, ToolError
-from rafrx.events import ToolApprovalRequestEvent
+from rafrx.events import ResponseStartedEvent, ToolApprovalRequestEvent
 from rafrx.response import AgentResponseResult, FinishReason
 from rafrx.sources import from_sse
 from rafrx.tools import Tool, ToolApprovalResponse, tool
@@ -518,6 +518,107 @@ async def test_a_subject_answer_given_before_the_request_counts() -> None:
     upstream.on_completed()
     await rec.wait()
     assert rec.called()["c1"].result == "deleted a"
+
+
+TIMED_OUT = (
+    "the call to tool 'delete' was denied: no answer to its approval request within 0.05 s;"
+    " it was not run"
+)
+
+
+@pytest.mark.asyncio
+async def test_an_unanswered_subject_request_is_denied_at_the_approval_timeout() -> None:
+    answers: Subject[ToolApprovalResponse] = Subject()
+    upstream: Subject[AgentResponseResult] = Subject()
+    rec = Recorder(upstream.pipe(ops.execute_tools([delete], answers, approval_timeout=0.05)))
+    upstream.on_next(results_of(calling("c1", "delete", {"path": "a"})))
+    upstream.on_completed()
+    await rec.wait()
+    assert rec.completed
+    assert rec.called() == {"c1": ToolCalledContent("c1", error=TIMED_OUT)}
+    answers.on_next(ToolApprovalResponse("c1", True))  # too late: dropped, not kept
+    assert len(rec.items) == 3
+
+
+@pytest.mark.asyncio
+async def test_a_late_answer_never_approves_a_later_call_with_the_same_id() -> None:
+    answers: Subject[ToolApprovalResponse] = Subject()
+    upstream: Subject[AgentResponseResult] = Subject()
+    rec = Recorder(upstream.pipe(ops.execute_tools([delete], answers, approval_timeout=0.05)))
+    upstream.on_next(results_of(calling("c1", "delete", {"path": "a"})))
+    while not rec.called():
+        await asyncio.sleep(0.01)
+    answers.on_next(ToolApprovalResponse("c1", True))  # the answer to the timed-out request
+    # The next LLM call (Kimi gives every response the same ids) asks again for "c1".
+    upstream.on_next(AgentResponseResult("resp_2", "m", None, (), (ResponseStartedEvent(),)))
+    upstream.on_next(results_of(calling("c1", "delete", {"path": "b"})))
+    upstream.on_completed()
+    await rec.wait()
+    assert len(rec.approvals()) == 2
+    results = [c for r in rec.items for c in r.contents if isinstance(c, ToolCalledContent)]
+    assert [c.error for c in results] == [TIMED_OUT, TIMED_OUT]
+
+
+@pytest.mark.asyncio
+async def test_an_answer_to_the_new_request_of_a_timed_out_id_counts() -> None:
+    answers: Subject[ToolApprovalResponse] = Subject()
+    upstream: Subject[AgentResponseResult] = Subject()
+    rec = Recorder(upstream.pipe(ops.execute_tools([delete], answers, approval_timeout=0.2)))
+    upstream.on_next(results_of(calling("c1", "delete", {"path": "a"})))
+    while not rec.called():
+        await asyncio.sleep(0.01)
+    upstream.on_next(AgentResponseResult("resp_2", "m", None, (), (ResponseStartedEvent(),)))
+    upstream.on_next(results_of(calling("c1", "delete", {"path": "b"})))
+    while len(rec.approvals()) < 2:
+        await asyncio.sleep(0.01)
+    answers.on_next(ToolApprovalResponse("c1", True))  # answers the new request
+    upstream.on_completed()
+    await rec.wait()
+    results = [c for r in rec.items for c in r.contents if isinstance(c, ToolCalledContent)]
+    assert [(c.result, c.error) for c in results] == [
+        (None, TIMED_OUT.replace("0.05", "0.2")),
+        ("deleted b", None),
+    ]
+
+
+@pytest.mark.asyncio
+async def test_an_answer_in_time_is_taken_as_usual() -> None:
+    async def approver(event: ToolApprovalRequestEvent) -> bool:
+        await asyncio.sleep(0.01)
+        return True
+
+    rec = await run(
+        [calling("c1", "delete", {"path": "a"})], [delete], approver, approval_timeout=5
+    )
+    assert rec.called()["c1"].result == "deleted a"
+
+
+@pytest.mark.asyncio
+async def test_a_slow_async_or_sync_approver_is_denied_at_the_timeout() -> None:
+    release = threading.Event()
+
+    async def slow(event: ToolApprovalRequestEvent) -> bool:
+        await asyncio.sleep(5)
+        return True  # pragma: no cover
+
+    def blocking(event: ToolApprovalRequestEvent) -> bool:  # a terminal prompt, unanswered
+        release.wait(5)
+        return True
+
+    try:
+        for approver in (slow, blocking):
+            rec = await run(
+                [calling("c1", "delete", {"path": "a"})], [delete], approver, approval_timeout=0.05
+            )
+            assert rec.called() == {"c1": ToolCalledContent("c1", error=TIMED_OUT)}
+    finally:
+        release.set()
+
+
+@pytest.mark.parametrize("timeout", [0, -1.0, float("nan")])
+def test_approval_timeout_must_be_positive(timeout: float) -> None:
+    with pytest.raises(ValueError, match="approval_timeout must be positive"):
+        ops.execute_tools([delete], approval_timeout=timeout)
 
 
 @pytest.mark.asyncio
