@@ -102,6 +102,9 @@ _PROVIDER_REASONS: dict[str, FinishReason] = {
     "eos_token": FinishReason.STOP,
     "max_tokens": FinishReason.LENGTH,
     "model_length": FinishReason.LENGTH,
+    "sensitive": FinishReason.CONTENT_FILTER,  # Zhipu GLM's content filter
+    "insufficient_system_resource": FinishReason.ERROR,  # DeepSeek: the server broke off
+    "network_error": FinishReason.ERROR,  # Zhipu GLM: the same
     # Anthropic
     "end_turn": FinishReason.STOP,
     "stop_sequence": FinishReason.STOP,

@@ -712,6 +712,7 @@ def test_responses_annotations_are_uris_without_duplicates() -> None:
     assert out == [
         u.Uri("https://a.example"),
         u.Uri("https://b.example"),
+        u.TextDelta("x"),  # (no text event came: the finished item's text)
         u.Finish(FinishReason.STOP),
     ]
 

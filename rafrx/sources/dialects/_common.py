@@ -208,7 +208,8 @@ def provider_error(
 ) -> ProviderError:
     """A :class:`ProviderError` from an error object (``{"message", "type", "code"}``).
 
-    ``default`` is the message when the object has none.
+    ``default`` is the message when the object has none. Bedrock's OpenAI-compatible
+    endpoint puts the message under ``error`` and the code under ``error_code``.
 
     Example:
         >>> err = provider_error(
@@ -221,9 +222,11 @@ def provider_error(
     payload = payload or {}
     message = payload.get("message")
     if not isinstance(message, str) or not message:
+        message = payload.get("error")
+    if not isinstance(message, str) or not message:
         message = default
     error_type = as_str(payload.get("type"))
-    raw_code = payload.get("code")
+    raw_code = payload.get("code", payload.get("error_code"))
     code = None if raw_code is None else str(raw_code)
     status = payload.get("status_code", payload.get("status"))
     return ProviderError(

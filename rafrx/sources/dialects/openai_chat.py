@@ -8,7 +8,7 @@ OpenAI-compatible endpoint, Mistral, vLLM, llama.cpp, xAI, Writer and others:
 * ``delta.content`` as a string → :class:`~rafrx.updates.TextDelta`; as an
   array of parts (Mistral) text parts → ``TextDelta``, ``thinking`` parts →
   ``ReasoningDelta``; ``delta.refusal`` → ``TextDelta`` (it is the reply the
-  user sees);
+  user sees); ``delta.audio.transcript`` (a spoken answer) → ``TextDelta``;
 * ``delta.tool_calls`` → :class:`~rafrx.updates.ToolCallDelta`. An entry
   without ``index`` (Ollama, Gemini, Mistral) that has a name or id starts a
   new call at the next free index, one without continues the last call.
@@ -20,8 +20,10 @@ OpenAI-compatible endpoint, Mistral, vLLM, llama.cpp, xAI, Writer and others:
 * OpenRouter's ``delta.reasoning_details`` (reasoning text pieces, signatures,
   encrypted blocks) are merged per entry and sent, at the end, as
   ``ReasoningDelta("", provider_data={"type": REASONING_DETAILS, ...})``: they
-  go back with the assistant message in a tool loop;
-* ``delta.annotations`` of type ``url_citation`` (search models) →
+  go back with the assistant message in a tool loop. Their text is the
+  reasoning of a delta that has no other (MiniMax);
+* ``delta.annotations`` of type ``url_citation`` (search models), and each new
+  URL of a chunk's ``citations`` list (Perplexity, xAI) →
   :class:`~rafrx.updates.Uri`;
 * ``finish_reason`` and ``usage`` (Groq's may come only in ``x_groq.usage``):
   the last non-null ones are kept and sent once, as ``Finish(reason, usage)``,
@@ -29,9 +31,10 @@ OpenAI-compatible endpoint, Mistral, vLLM, llama.cpp, xAI, Writer and others:
   some servers omit ``[DONE]``).
 
 Only choice index 0 is read: with ``n > 1`` the other choices are ignored.
-Chunks whose ``object`` is not ``chat.completion.chunk`` (Azure's
-content-filter chunks) contribute their choices and usage but not their
-(empty) id and model. An ``{"error": ...}`` payload or an ``event: error``
+Chunks whose ``object`` is neither ``chat.completion.chunk`` nor
+``chat.completion`` (Perplexity's; Azure's content-filter chunks have ``""``)
+contribute their choices and usage but not their (empty) id and model. An
+``{"error": ...}`` payload (DeepInfra's: ``error_message``) or an ``event: error``
 raises :class:`~rafrx.errors.ProviderError`.
 
 Example:
@@ -83,6 +86,9 @@ __all__ = ["OpenAIChatDialect", "chat_usage"]
 _JSON_WHITESPACE: Final = " \t\n\r"  # only what JSON allows around a value
 
 _CHUNK = "chat.completion.chunk"
+# The objects a response's chunks may be: Perplexity's are "chat.completion", and
+# null is absent; Azure's content-filter chunks (object "") have no id or model.
+_OBJECTS = (_CHUNK, "chat.completion", None)
 
 
 def chat_usage(usage: dict[str, Any]) -> response.Usage:
@@ -127,6 +133,7 @@ class _Delta(msgspec.Struct):
     # Rare members the general path reads (a value here does not fit: that path takes it):
     function_call: None = None
     annotations: None = None
+    audio: None = None
 
 
 class _Choice(msgspec.Struct):
@@ -142,7 +149,9 @@ class _Chunk(msgspec.Struct):
     choices: list[_Choice] | None = None
     usage: dict[str, Any] | None = None
     error: None = None  # an error payload does not fit: the general path raises it
+    error_message: None = None  # (nor does DeepInfra's)
     x_groq: None = None  # (Groq's usage may come only in there: the general path reads it)
+    citations: None = None  # (Perplexity's and xAI's sources: the general path reads them)
 
 
 _fit_chunk = fitting(_Chunk)
@@ -175,6 +184,7 @@ class OpenAIChatDialect:
     """Chat Completions chunks → updates; see the module docstring for the rules."""
 
     __slots__ = (
+        "_cited",
         "_details",
         "_done",
         "_finish",
@@ -194,6 +204,7 @@ class OpenAIChatDialect:
         self._last_index: int | None = None
         self._ids: dict[str, int] = {}  # tool call id → index, for index-less entries
         self._details: dict[tuple[str | None, int | None], _Detail] = {}  # OpenRouter's
+        self._cited: set[str] = set()  # the URLs of top-level citations sent
 
     @property
     def done(self) -> bool:
@@ -222,10 +233,12 @@ class OpenAIChatDialect:
             return self._typed_chunk(event, typed)
         chunk = load_object(event)
         error = chunk.get("error")
+        if error is None and chunk.get("error_message") is not None:  # DeepInfra's, Venice's
+            error = {"message": chunk["error_message"], "type": chunk.get("error_type")}
         if error is not None:
             raise provider_error(event, error if isinstance(error, dict) else {"message": error})
         out: list[AgentResponseUpdate] = []
-        if not self._meta_sent and chunk.get("object") in (None, _CHUNK):  # null: absent
+        if not self._meta_sent and chunk.get("object") in _OBJECTS:
             response_id = as_str(chunk.get("id"))
             model = as_str(chunk.get("model"))
             if response_id is not None or model is not None:
@@ -240,6 +253,9 @@ class OpenAIChatDialect:
             index = choice.get("index")
             if index is None or (index == 0 and type(index) is not bool) or as_int(index) == 0:
                 self._choice(event, choice, out)
+        citations = chunk.get("citations")
+        if citations:
+            out += self._citations(event, get_list(event, chunk, "citations"))
         usage = get_object(event, chunk, "usage")
         if usage is None and chunk.get("x_groq") is not None:  # Groq's own place for it
             usage = get_object(event, get_object(event, chunk, "x_groq") or {}, "usage")
@@ -250,7 +266,7 @@ class OpenAIChatDialect:
     def _typed_chunk(self, event: ServerSentEvent, chunk: _Chunk) -> list[AgentResponseUpdate]:
         """What :meth:`feed` returns for a chunk that fits the typed shape (same rules)."""
         out: list[AgentResponseUpdate] = []
-        if not self._meta_sent and chunk.object == _CHUNK and (chunk.id or chunk.model):
+        if not self._meta_sent and chunk.object in _OBJECTS and (chunk.id or chunk.model):
             self._meta_sent = True
             out.append(ResponseMetadata(chunk.id or None, chunk.model or None))
         for choice in chunk.choices or ():
@@ -262,14 +278,16 @@ class OpenAIChatDialect:
             if delta is None:
                 continue
             reasoning = delta.reasoning_content or delta.reasoning
+            if delta.reasoning_details:
+                detailed = self._add_details(event, delta.reasoning_details)
+                if delta.reasoning_content is None and delta.reasoning is None:
+                    reasoning = detailed  # (MiniMax sends it there only)
             if reasoning:
                 out.append(ReasoningDelta(reasoning))
             if delta.content:
                 out.append(TextDelta(delta.content))
             if delta.refusal:
                 out.append(TextDelta(delta.refusal))
-            if delta.reasoning_details:
-                self._add_details(event, delta.reasoning_details)
             for call in delta.tool_calls or ():
                 if call.index is not None and call.index < 0:
                     raise malformed(event, f"invalid tool call index {call.index!r}")
@@ -308,8 +326,13 @@ class OpenAIChatDialect:
         block = {"type": REASONING_DETAILS, "details": details}
         return [ReasoningDelta("", provider_data=block), finish]
 
-    def _add_details(self, event: ServerSentEvent, details: list[Any]) -> None:
-        """Merge OpenRouter's ``reasoning_details`` pieces, one entry per (type, index)."""
+    def _add_details(self, event: ServerSentEvent, details: list[Any]) -> str:
+        """Merge OpenRouter's ``reasoning_details`` pieces, one entry per (type, index).
+
+        Returns the reasoning text the pieces carry (their ``text``, or a summary's
+        ``summary``), for a provider that sends it nowhere else (MiniMax).
+        """
+        texts: list[str] = []
         for piece in details:
             if not isinstance(piece, dict):
                 raise malformed(event, "a reasoning_details entry should be an object")
@@ -319,6 +342,17 @@ class OpenAIChatDialect:
             if detail is None:
                 detail = self._details[key] = _Detail()
             detail.add(piece)
+            text = piece.get("summary" if kind == "reasoning.summary" else "text")
+            if isinstance(text, str):
+                texts.append(text)
+        return "".join(texts)
+
+    def _citations(self, event: ServerSentEvent, citations: list[Any]) -> list[Uri]:
+        """A ``Uri`` for each URL of a top-level ``citations`` list not seen before
+        (Perplexity repeats the whole list on every chunk)."""
+        new = [url for url in citations if isinstance(url, str) and url not in self._cited]
+        self._cited.update(new)
+        return [Uri(url) for url in dict.fromkeys(new)]
 
     def _finish_update(self, default: FinishReason) -> Finish:
         reason = default if self._finish is None else FinishReason.from_provider(self._finish)
@@ -348,6 +382,11 @@ class OpenAIChatDialect:
                 self._tool_calls(event, tool_calls, out)
                 return
         reasoning = delta.get("reasoning_content") or delta.get("reasoning")
+        details = delta.get("reasoning_details")
+        if details:
+            detailed = self._add_details(event, get_list(event, delta, "reasoning_details"))
+            if delta.get("reasoning_content") is None and delta.get("reasoning") is None:
+                reasoning = detailed or None  # (MiniMax sends it there only)
         if reasoning is not None:
             reasoning = as_str(reasoning)
             if reasoning is not None:
@@ -366,11 +405,13 @@ class OpenAIChatDialect:
             refusal = as_str(refusal)
             if refusal is not None:
                 out.append(TextDelta(refusal))
+        audio = delta.get("audio")
+        if audio is not None:  # a spoken answer: its transcript is the text
+            transcript = as_str((get_object(event, delta, "audio") or {}).get("transcript"))
+            if transcript:
+                out.append(TextDelta(transcript))
         if tool_calls is not None:
             self._tool_calls(event, tool_calls, out)
-        details = delta.get("reasoning_details")
-        if details:
-            self._add_details(event, get_list(event, delta, "reasoning_details"))
         function_call = delta.get("function_call")
         if function_call is not None:  # the deprecated functions API: one call, no id
             update = self._tool_call(event, {"index": 0, "function": function_call})

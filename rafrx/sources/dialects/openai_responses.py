@@ -6,7 +6,8 @@ no ``event:`` line):
 * ``response.created`` → :class:`~rafrx.updates.ResponseMetadata`;
 * ``response.output_text.delta`` and ``response.refusal.delta`` →
   :class:`~rafrx.updates.TextDelta` (from a server that sends no delta, the
-  text of ``response.output_text.done`` / ``response.refusal.done``);
+  text of ``response.output_text.done`` / ``response.refusal.done``, else of
+  the finished ``message`` item, else of the one in the final output);
 * ``response.reasoning_summary_text.delta`` and
   ``response.reasoning_text.delta`` → :class:`~rafrx.updates.ReasoningDelta`
   (parts follow each other with no separator); a finished ``reasoning`` item
@@ -123,12 +124,23 @@ def _event_type(event: ServerSentEvent, data: dict[str, Any]) -> str:
 class OpenAIResponsesDialect:
     """Responses API events → updates; see the module docstring for the rules."""
 
-    __slots__ = ("_annotations", "_calls", "_done", "_meta_sent", "_reasoned", "_streamed_text")
+    __slots__ = (
+        "_annotations",
+        "_calls",
+        "_done",
+        "_finished_messages",
+        "_meta_sent",
+        "_reasoned",
+        "_streamed_text",
+        "_texted",
+    )
 
     def __init__(self) -> None:
         self._done = False
         self._meta_sent = False
         self._streamed_text = False  # a text delta came: the .done events repeat it
+        self._texted: set[str | None] = set()  # the message items whose text was sent
+        self._finished_messages: set[str] = set()  # the message items done
         self._reasoned = False  # a reasoning item came: name the output items after it
         self._calls: dict[str, _Call] = {}  # output item id → call
         self._annotations: dict[tuple[str, int], int] = {}  # (item id, part) → count sent
@@ -185,6 +197,7 @@ class OpenAIResponsesDialect:
 
     def _text(self, event: ServerSentEvent, data: dict[str, Any]) -> list[AgentResponseUpdate]:
         self._streamed_text = True
+        self._texted.add(as_str(data.get("item_id")))
         delta = as_str(data.get("delta"))
         return [] if delta is None else [TextDelta(delta)]
 
@@ -194,6 +207,7 @@ class OpenAIResponsesDialect:
             return []
         refusal = _event_type(event, data) == "response.refusal.done"
         text = as_str(data.get("refusal" if refusal else "text"))
+        self._texted.add(as_str(data.get("item_id")))
         return [TextDelta(text)] if text else []
 
     def _reasoning(self, event: ServerSentEvent, data: dict[str, Any]) -> list[AgentResponseUpdate]:
@@ -292,12 +306,19 @@ class OpenAIResponsesDialect:
         if kind == "mcp_approval_request" and item_id is not None:
             return [self._approval_request(item_id, item)]
         if kind == "message" and item_id is not None:
+            if item_id in self._finished_messages:
+                return []
+            self._finished_messages.add(item_id)
             out = []
             text: list[str] = []
             for index, part in enumerate(get_list(event, item, "content")):
                 if isinstance(part, dict):
                     out += self._new_annotations(event, item_id, index, part)
                     text.append(as_str(part.get("text") or part.get("refusal")) or "")
+            if item_id not in self._texted and None not in self._texted and any(text):
+                # A server that sends the text in the finished item only.
+                self._texted.add(item_id)
+                out.insert(0, TextDelta("".join(text)))
             if self._reasoned:
                 ref = {"type": MESSAGE_REF, "id": item_id, "text": "".join(text)}
                 out.append(ReasoningDelta("", provider_data=ref))
@@ -352,9 +373,9 @@ class OpenAIResponsesDialect:
         self._done = True
         out: list[AgentResponseUpdate] = []
         for item in get_list(event, body, "output"):
-            if isinstance(item, dict) and item.get("type") in _CALLS:
-                # A call no output_item event brought (a minimal compatible server): it
-                # is in the final output only, and is delivered from there.
+            if isinstance(item, dict) and item.get("type") in (*_CALLS, "message"):
+                # A call or message no output_item event brought (a minimal compatible
+                # server): it is in the final output only, and is delivered from there.
                 out += self._item_done(event, {"item": item})
         reason = FinishReason.TOOL_CALLS if self._calls else FinishReason.STOP
         out.append(Finish(reason, self._usage(event, body)))
