@@ -8,6 +8,9 @@ settle, drops every reference it holds (keeping weak references to the client, t
 agent, the tools, the response ...), then checks that those are dead and, collecting
 with ``gc.DEBUG_SAVEALL``, that no rafrx object and no frame of rafrx's code sits on a
 strongly connected component of the cyclic garbage the scenario made.
+
+That shape is :func:`assert_scenario_freed` (:func:`assert_client_scenario_freed` on a
+fresh client): a scenario is a coroutine function, whose locals die when it returns.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import asyncio
 import contextlib
 import io
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
 import pytest
@@ -78,6 +81,13 @@ ANSWER = Reply(text="Sunny in both.", chunk_size=4)
 #: A long, paced reply: disposed long before its end.
 SLOW = Reply(text="slowly " * 200, chunk_size=3, delay=0.002)
 FAST_RETRY = RetryPolicy(max_attempts=3, initial_backoff=0.01, jitter=False)
+#: How a test stops a stream: dispose of its subscription, or cancel the task collecting it.
+STOPS = ["dispose", "cancel-collect"]
+
+#: A scenario: it runs with the GC off and keeps (weakly) in ``Seen`` what must die.
+Scenario = Callable[[Seen], Awaitable[object]]
+#: A scenario on a client (made before it, closed after it).
+ClientScenario = Callable[[LLMClient, Seen], Awaitable[object]]
 
 
 def make_client(kind: str, server: LLMServer, **kwargs: Any) -> LLMClient:
@@ -89,6 +99,108 @@ def check_rich(response: rafrx.AgentResponse) -> None:
     assert response.reasoning_text == RICH.reasoning
     assert [c.arguments for c in response.tool_calls] == [{"city": "Paris"}, {"city": "Rome"}]
     assert response.finish_reason is FinishReason.TOOL_CALLS
+
+
+def keep_rich(response: rafrx.AgentResponse, seen: Seen) -> None:
+    """Check that ``response`` is RICH's, then hold it only weakly."""
+    check_rich(response)
+    seen.keep("response", response)
+
+
+def assert_no_error(seen: Seen) -> None:
+    assert seen.error_type is None, (seen.error_type, seen.message)
+
+
+# ---------------------------------------------------------------- the shape of every test
+
+
+async def assert_scenario_freed(scenario: Scenario, then: Scenario | None = None) -> None:
+    """Run ``scenario`` with the GC off (then ``then``, once the scenario's locals are
+    gone), let the loop settle, and assert that all it kept is dead without the GC and
+    that no rafrx object sits on cyclic garbage."""
+    async with gc_off():
+        seen = Seen()
+        await scenario(seen)
+        if then is not None:
+            await then(seen)
+        await settle()
+        assert_freed(seen.refs)
+
+
+async def closed(client: LLMClient, seen: Seen) -> None:
+    """Close the client, then hold it only weakly."""
+    await client.aclose()
+    seen.keep("client", client)
+
+
+async def assert_client_scenario_freed(
+    server: LLMServer,
+    kind: str,
+    replies: Sequence[Reply | Fault | Replay],
+    use: ClientScenario,
+    *,
+    then: Scenario | None = None,
+    **client_options: Any,
+) -> None:
+    """:func:`assert_scenario_freed` of ``use`` on a fresh client of ``kind`` (made with
+    ``client_options``), closed after it; ``server`` answers ``replies``."""
+
+    async def scenario(seen: Seen) -> None:
+        server.enqueue(*replies)
+        client = make_client(kind, server, **client_options)
+        await use(client, seen)
+        await closed(client, seen)
+
+    await assert_scenario_freed(scenario, then)
+
+
+async def wait_for_event(event: asyncio.Event) -> None:
+    """Wait for ``event``, 10 seconds at the most."""
+    async with asyncio.timeout(10):
+        await event.wait()
+
+
+def at_the_third(action: Callable[[], object]) -> Callable[[Any], None]:
+    """An ``on_next`` that runs ``action`` when its third item comes."""
+    count = 0
+
+    def counted(_: Any) -> None:
+        nonlocal count
+        count += 1
+        if count == 3:
+            action()
+
+    return counted
+
+
+async def cancel(task: asyncio.Future[Any], seen: Seen) -> None:
+    """Cancel ``task``, which must end cancelled; then hold it only weakly."""
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    assert task.cancelled()
+    seen.keep("task", task)
+
+
+async def stop(
+    source: reactivex.Observable[Any],
+    how: str,
+    ready: Callable[[], Awaitable[object]],
+    seen: Seen,
+) -> None:
+    """Subscribe to ``source`` ("dispose") or collect its response in a task
+    ("cancel-collect"); once ``ready()`` returns, dispose of the subscription or cancel
+    the task."""
+    if how == "dispose":
+        subscription = source.subscribe(on_error=seen.caught)
+        async with asyncio.timeout(10):
+            await ready()
+        subscription.dispose()
+    else:
+        task = asyncio.ensure_future(rafrx.collect_agent_response(source))
+        async with asyncio.timeout(10):
+            await ready()
+        await cancel(task, seen)
 
 
 # ---------------------------------------------------------------- consumers
@@ -111,11 +223,10 @@ async def observe_all(source: reactivex.Observable[Any], seen: Seen) -> int:
 
     subscription = source.subscribe(on_next, on_error, ended.set)
     try:
-        async with asyncio.timeout(10):
-            await ended.wait()
+        await wait_for_event(ended)
     finally:
         subscription.dispose()
-    assert seen.error_type is None, (seen.error_type, seen.message)
+    assert_no_error(seen)
     return count
 
 
@@ -133,23 +244,15 @@ async def subscribe_aggregate(client: LLMClient, seen: Seen) -> None:
 
 
 async def collect(client: LLMClient, seen: Seen) -> None:
-    response = await rafrx.collect_agent_response(client.stream(USER).pipe(ops.convert()))
-    check_rich(response)
-    seen.keep("response", response)
+    keep_rich(await rafrx.collect_agent_response(client.stream(USER).pipe(ops.convert())), seen)
 
 
-CONSUMERS: dict[str, Callable[[LLMClient, Seen], Awaitable[None]]] = {
+CONSUMERS: dict[str, ClientScenario] = {
     "subscribe-updates": subscribe_updates,
     "subscribe-results": subscribe_results,
     "subscribe-aggregate": subscribe_aggregate,
     "collect_agent_response": collect,
 }
-
-
-async def closed(client: LLMClient, seen: Seen) -> None:
-    """Close the client, then hold it only weakly."""
-    await client.aclose()
-    seen.keep("client", client)
 
 
 # ---------------------------------------------------------------- successful streams
@@ -163,15 +266,7 @@ async def test_a_successful_stream_is_freed_without_the_gc(
 ) -> None:
     """Reasoning, text and two parallel tool calls, read to the end: the client, the
     items and the response die by reference counting."""
-    async with gc_off():
-        seen = Seen()
-        llm_server.enqueue(RICH)
-        client = make_client(kind, llm_server)
-        await CONSUMERS[consumer](client, seen)
-        await closed(client, seen)
-        del client
-        await settle()
-        assert_freed(seen.refs)
+    await assert_client_scenario_freed(llm_server, kind, [RICH], CONSUMERS[consumer])
 
 
 @pytest.mark.asyncio
@@ -208,35 +303,22 @@ async def dispose_in_on_next(client: LLMClient, seen: Seen) -> None:
     """Dispose from the observer's own ``on_next``, at the third update."""
     done = asyncio.Event()
     box: list[Any] = []
-    count = 0
 
-    def on_next(item: Any) -> None:
-        nonlocal count
-        count += 1
-        if count == 3:
-            box.pop().dispose()
-            done.set()
+    def dispose() -> None:
+        box.pop().dispose()
+        done.set()
 
-    box.append(client.stream(USER).subscribe(on_next, seen.caught))
-    async with asyncio.timeout(10):
-        await done.wait()
+    box.append(client.stream(USER).subscribe(at_the_third(dispose), seen.caught))
+    await wait_for_event(done)
     box.clear()
 
 
 async def dispose_from_outside(client: LLMClient, seen: Seen) -> None:
     """Dispose from the consumer's task, once three updates came."""
     three = asyncio.Event()
-    count = 0
-
-    def on_next(item: Any) -> None:
-        nonlocal count
-        count += 1
-        if count == 3:
-            three.set()
-
-    subscription = client.stream(USER).pipe(ops.convert()).subscribe(on_next, seen.caught)
-    async with asyncio.timeout(10):
-        await three.wait()
+    results = client.stream(USER).pipe(ops.convert())
+    subscription = results.subscribe(at_the_third(three.set), seen.caught)
+    await wait_for_event(three)
     subscription.dispose()
 
 
@@ -257,27 +339,11 @@ async def collect_take(client: LLMClient, seen: Seen) -> None:
 async def cancel_collect(client: LLMClient, seen: Seen) -> None:
     """Cancel the task awaiting ``collect_agent_response``, once three updates came."""
     three = asyncio.Event()
-    count = 0
-
-    def counted(_: Any) -> None:
-        nonlocal count
-        count += 1
-        if count == 3:
-            three.set()
-
-    results = client.stream(USER).pipe(rx.do_action(counted), ops.convert())
-    task = asyncio.ensure_future(rafrx.collect_agent_response(results))
-    del results
-    async with asyncio.timeout(10):
-        await three.wait()
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
-    assert task.cancelled()
-    seen.keep("task", task)
+    counted = rx.do_action(at_the_third(three.set))
+    await stop(client.stream(USER).pipe(counted, ops.convert()), "cancel-collect", three.wait, seen)
 
 
-DISPOSERS: dict[str, Callable[[LLMClient, Seen], Awaitable[None]]] = {
+DISPOSERS: dict[str, ClientScenario] = {
     "dispose-in-on_next": dispose_in_on_next,
     "dispose-from-outside": dispose_from_outside,
     "take(3)": take_three,
@@ -294,92 +360,83 @@ async def test_a_stream_disposed_mid_way_is_freed_without_the_gc(
 ) -> None:
     """A stream stopped after a few updates: its connection closes, and the client and
     everything of the call die by reference counting."""
-    async with gc_off():
-        seen = Seen()
-        llm_server.enqueue(SLOW)
-        client = make_client(kind, llm_server)
+
+    async def disposed(client: LLMClient, seen: Seen) -> None:
         await DISPOSERS[how](client, seen)
-        assert seen.error_type is None, (seen.error_type, seen.message)
+        assert_no_error(seen)
         assert await eventually(lambda: llm_server.open_connections == 0)
-        await closed(client, seen)
-        del client
-        await settle()
-        assert_freed(seen.refs)
+
+    await assert_client_scenario_freed(llm_server, kind, [SLOW], disposed)
 
 
 # ---------------------------------------------------------------- retries
 
 
+def _overloaded_in_band() -> Replay:
+    """An Anthropic stream that starts, then reports ``overloaded_error`` in an event."""
+    start = render_events(Reply(text="x"), "anthropic", {})[0]
+    overloaded = (
+        b'event: error\ndata: {"type": "error", "error": {"type": "overloaded_error", '
+        b'"message": "Overloaded"}}\n\n'
+    )
+    return Replay(start + overloaded)
+
+
+#: A first attempt failing retryably: the client kind, and the failure.
+FIRST_ATTEMPTS: dict[str, tuple[str, Callable[[], Reply | Fault | Replay]]] = {
+    "http-429": ("openai-chat", lambda: Fault.status(429, retry_after=0)),
+    "http-500": ("openai-chat", lambda: Fault.status(500)),
+    "anthropic-overloaded-in-band": ("anthropic", _overloaded_in_band),
+}
+
+
 @pytest.mark.asyncio
 @pytest.mark.parametrize("consumer", ["subscribe-results", "collect_agent_response"])
-@pytest.mark.parametrize("first", ["http-429", "http-500", "anthropic-overloaded-in-band"])
+@pytest.mark.parametrize("first", list(FIRST_ATTEMPTS))
 async def test_a_stream_retried_then_successful_is_freed_without_the_gc(
     llm_server: LLMServer, first: str, consumer: str
 ) -> None:
     """A first attempt failing retryably, the second answering: the error of the first
     attempt, the client and the response die by reference counting."""
-    kind = "openai-chat"
-    if first == "http-429":
-        llm_server.enqueue(Fault.status(429, retry_after=0))
-    elif first == "http-500":
-        llm_server.enqueue(Fault.status(500))
-    else:
-        kind = "anthropic"
-        start = render_events(Reply(text="x"), "anthropic", {})[0]
-        overloaded = (
-            b'event: error\ndata: {"type": "error", "error": {"type": "overloaded_error", '
-            b'"message": "Overloaded"}}\n\n'
-        )
-        llm_server.enqueue(Replay(start + overloaded))
-    llm_server.enqueue(RICH)
-    async with gc_off():
-        seen = Seen()
-        client = make_client(kind, llm_server, retry=FAST_RETRY)
+    kind, failure = FIRST_ATTEMPTS[first]
+
+    async def retried(client: LLMClient, seen: Seen) -> None:
         await CONSUMERS[consumer](client, seen)
         assert llm_server.request_count == 2
-        await closed(client, seen)
-        del client
-        await settle()
-        assert_freed(seen.refs)
+
+    await assert_client_scenario_freed(
+        llm_server, kind, [failure(), RICH], retried, retry=FAST_RETRY
+    )
 
 
 @pytest.mark.asyncio
-@pytest.mark.parametrize("how", ["dispose", "cancel-collect"])
+@pytest.mark.parametrize("how", STOPS)
 async def test_a_stream_stopped_while_waiting_to_retry_is_freed_without_the_gc(
     llm_server: LLMServer, how: str
 ) -> None:
     """An HTTP 503, then the stream stopped during the backoff before its retry: no
     second request, and the first attempt's error, the client and the call die by
     reference counting."""
-    llm_server.enqueue(Fault.status(503), RICH)
-    async with gc_off():
-        seen = Seen()
-        client = make_client("openai-chat", llm_server, retry=RetryPolicy(initial_backoff=5.0))
-        if how == "dispose":
-            subscription = client.stream(USER).subscribe(on_error=seen.caught)
-            assert await eventually(lambda: llm_server.request_count == 1)
-            await asyncio.sleep(0.05)  # (the error read, the backoff begun)
-            subscription.dispose()
-            del subscription
-        else:
-            task = asyncio.ensure_future(
-                rafrx.collect_agent_response(client.stream(USER).pipe(ops.convert()))
-            )
-            assert await eventually(lambda: llm_server.request_count == 1)
-            await asyncio.sleep(0.05)
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-            assert task.cancelled()
-            seen.keep("task", task)
-            del task
+
+    async def backoff_begun() -> None:
+        assert await eventually(lambda: llm_server.request_count == 1)
+        await asyncio.sleep(0.05)  # (the error read, the backoff begun)
+
+    async def stopped(client: LLMClient, seen: Seen) -> None:
+        updates = client.stream(USER)
+        source = updates if how == "dispose" else updates.pipe(ops.convert())
+        await stop(source, how, backoff_begun, seen)
         await settle()
-        assert seen.error_type is None, (seen.error_type, seen.message)
+        assert_no_error(seen)
         assert llm_server.request_count == 1
-        await closed(client, seen)
-        del client
-        await settle()
-        assert_freed(seen.refs)
+
+    await assert_client_scenario_freed(
+        llm_server,
+        "openai-chat",
+        [Fault.status(503), RICH],
+        stopped,
+        retry=RetryPolicy(initial_backoff=5.0),
+    )
 
 
 # ---------------------------------------------------------------- one client, several calls
@@ -392,42 +449,30 @@ async def test_a_client_closed_mid_stream_is_freed_without_the_gc(
 ) -> None:
     """``aclose()`` while a healthy stream runs: the stream ends with a TransportError
     ("client closed"), and the error, the client and the call die by reference counting."""
-    llm_server.enqueue(SLOW)
-    async with gc_off():
-        seen = Seen()
+
+    async def closed_mid_stream(seen: Seen) -> None:
+        llm_server.enqueue(SLOW)
         client = make_client("anthropic", llm_server)
         three = asyncio.Event()
-        count = 0
-
-        def counted(_: Any) -> None:
-            nonlocal count
-            count += 1
-            if count == 3:
-                three.set()
-
-        source = client.stream(USER).pipe(rx.do_action(counted))
+        source = client.stream(USER).pipe(rx.do_action(at_the_third(three.set)))
         if consumer == "subscribe":
             subscription = source.subscribe(on_error=seen.caught)
-            async with asyncio.timeout(10):
-                await three.wait()
+            await wait_for_event(three)
             await closed(client, seen)
             subscription.dispose()
-            del subscription
         else:
             task = asyncio.ensure_future(rafrx.collect_agent_response(source.pipe(ops.convert())))
-            async with asyncio.timeout(10):
-                await three.wait()
+            await wait_for_event(three)
             await closed(client, seen)
             try:
                 await task
             except RafrxError as error:
                 seen.caught(error)
-            del task
-        del source, client
+            del task  # (its error's traceback holds this frame: no cycle through it)
         assert seen.error_type is not None
         assert seen.error_type.__name__ == "TransportError"
-        await settle()
-        assert_freed(seen.refs)
+
+    await assert_scenario_freed(closed_mid_stream)
 
 
 @pytest.mark.asyncio
@@ -437,10 +482,8 @@ async def test_concurrent_successful_streams_on_one_client_are_freed_without_the
 ) -> None:
     """Five calls at once on one client, each with tool calls: everything dies by
     reference counting once they are done."""
-    async with gc_off():
-        seen = Seen()
-        llm_server.enqueue(*[RICH] * 5)
-        client = make_client(kind, llm_server)
+
+    async def five_at_once(client: LLMClient, seen: Seen) -> None:
         responses = await asyncio.gather(
             *[
                 rafrx.collect_agent_response(client.stream(USER).pipe(ops.convert()))
@@ -450,14 +493,18 @@ async def test_concurrent_successful_streams_on_one_client_are_freed_without_the
         for n, response in enumerate(responses):
             check_rich(response)
             seen.keep(f"response {n}", response)
-        del responses, response
-        await closed(client, seen)
-        del client
-        await settle()
-        assert_freed(seen.refs)
+
+    await assert_client_scenario_freed(llm_server, kind, [RICH] * 5, five_at_once)
 
 
 # ---------------------------------------------------------------- the sync pipeline
+
+
+async def chunked(body: bytes, size: int) -> AsyncIterator[bytes]:
+    """``body`` in chunks of ``size`` bytes, one a loop iteration."""
+    for at in range(0, len(body), size):
+        await asyncio.sleep(0)
+        yield body[at : at + size]
 
 
 def _pipelines() -> dict[str, Callable[[bytes, str, Seen], Awaitable[None]]]:
@@ -466,24 +513,19 @@ def _pipelines() -> dict[str, Callable[[bytes, str, Seen], Awaitable[None]]]:
         assert type(source) is ReducedObservable
         responses: list[rafrx.AgentResponse] = []
         source.subscribe(responses.append, seen.caught)
-        check_rich(responses[0])
-        seen.keep("response", responses.pop())
+        keep_rich(responses.pop(), seen)
 
     async def run(body: bytes, dialect: str, seen: Seen) -> None:
         source = from_sse(body, dialect).pipe(ops.convert(), ops.aggregate())
         assert isinstance(source, ReducedObservable)
-        response = source.run()
-        check_rich(response)
-        seen.keep("response", response)
+        keep_rich(source.run(), seen)
 
     async def rx_run(body: bytes, dialect: str, seen: Seen) -> None:
         """Not over a SyncSource: ``ReducedObservable.run`` is reactivex's ``run``."""
         updates = from_sse(body, dialect).pipe(rx.to_list()).run()
         source = reactivex.from_iterable(updates).pipe(ops.convert(), ops.aggregate())
         assert isinstance(source, ReducedObservable)
-        response = source.run()
-        check_rich(response)
-        seen.keep("response", response)
+        keep_rich(source.run(), seen)
 
     async def take(body: bytes, dialect: str, seen: Seen) -> None:
         results: list[Any] = []
@@ -494,30 +536,16 @@ def _pipelines() -> dict[str, Callable[[bytes, str, Seen], Awaitable[None]]]:
         seen.keep("last item", results.pop())
 
     async def collect_sync(body: bytes, dialect: str, seen: Seen) -> None:
-        response = await rafrx.collect_agent_response(from_sse(body, dialect).pipe(ops.convert()))
-        check_rich(response)
-        seen.keep("response", response)
+        results = from_sse(body, dialect).pipe(ops.convert())
+        keep_rich(await rafrx.collect_agent_response(results), seen)
 
     async def collect_async_iterable(body: bytes, dialect: str, seen: Seen) -> None:
-        async def chunks() -> Any:
-            for at in range(0, len(body), 64):
-                await asyncio.sleep(0)
-                yield body[at : at + 64]
-
-        response = await rafrx.collect_agent_response(
-            from_sse(chunks(), dialect).pipe(ops.convert())
-        )
-        check_rich(response)
-        seen.keep("response", response)
+        results = from_sse(chunked(body, 64), dialect).pipe(ops.convert())
+        keep_rich(await rafrx.collect_agent_response(results), seen)
 
     async def async_iterable_take(body: bytes, dialect: str, seen: Seen) -> None:
-        async def chunks() -> Any:
-            for at in range(0, len(body), 16):
-                await asyncio.sleep(0)
-                yield body[at : at + 16]
-
-        count = await observe_all(from_sse(chunks(), dialect).pipe(ops.convert(), rx.take(2)), seen)
-        assert count == 2
+        results = from_sse(chunked(body, 16), dialect).pipe(ops.convert(), rx.take(2))
+        assert await observe_all(results, seen) == 2
 
     return {
         "subscribe-aggregate": subscribe,
@@ -540,12 +568,12 @@ async def test_a_sync_pipeline_is_freed_without_the_gc(dialect: str, how: str) -
     """``from_sse(body).pipe(convert(), aggregate())`` and its kin, over a whole body:
     the response and every object of the pipeline die by reference counting."""
     body = render(RICH, dialect)  # type: ignore[arg-type]
-    async with gc_off():
-        seen = Seen()
+
+    async def pipeline(seen: Seen) -> None:
         await PIPELINES[how](body, dialect, seen)
-        assert seen.error_type is None, (seen.error_type, seen.message)
-        await settle()
-        assert_freed(seen.refs)
+        assert_no_error(seen)
+
+    await assert_scenario_freed(pipeline)
 
 
 # ---------------------------------------------------------------- agent turns with tools
@@ -669,11 +697,10 @@ async def agent_run(agent: Agent, seen: Seen) -> rafrx.AgentResponse:
         .subscribe(responses.append, on_error, ended.set)
     )
     try:
-        async with asyncio.timeout(10):
-            await ended.wait()
+        await wait_for_event(ended)
     finally:
         subscription.dispose()
-    assert seen.error_type is None, (seen.error_type, seen.message)
+    assert_no_error(seen)
     return responses.pop()
 
 
@@ -710,23 +737,30 @@ def _expected_calls(setup: str) -> int:
     return 2
 
 
-async def agent_turn(server: LLMServer, kind: str, setup: str, consumer: str, seen: Seen) -> None:
-    server.enqueue(RICH, ANSWER)
-    tools = Tools()
-    options = TOOL_SETUPS[setup](tools)
-    client = make_client(kind, server)
-    agent = Agent(client, **options)
-    response = await AGENT_CONSUMERS[consumer](agent, seen)
-    assert response.text == RICH.text + ANSWER.text
-    assert len(response.tool_messages) == 2
-    assert tools.calls == _expected_calls(setup)
-    seen.keep("response", response)
+def keep_agent(agent: Agent, options: dict[str, Any], seen: Seen) -> None:
+    """Hold the agent, its tools and its approver only weakly."""
     for t in agent.tools:
         seen.keep(f"tool {t.name}", t)
     if options.get("approver") is not None:
         seen.keep("approver", options["approver"])
-    await closed(client, seen)
     seen.keep("agent", agent)
+
+
+def agent_turn(setup: str, consumer: str) -> ClientScenario:
+    """A turn whose model calls two tools at once (set up as ``setup``), then answers."""
+
+    async def turn(client: LLMClient, seen: Seen) -> None:
+        tools = Tools()
+        options = TOOL_SETUPS[setup](tools)
+        agent = Agent(client, **options)
+        response = await AGENT_CONSUMERS[consumer](agent, seen)
+        assert response.text == RICH.text + ANSWER.text
+        assert len(response.tool_messages) == 2
+        assert tools.calls == _expected_calls(setup)
+        seen.keep("response", response)
+        keep_agent(agent, options, seen)
+
+    return turn
 
 
 @pytest.mark.asyncio
@@ -746,11 +780,8 @@ async def test_an_agent_turn_with_tools_is_freed_without_the_gc(
     """A turn whose model calls two tools at once (run, approved or denied), then
     answers: the agent, its tools, its approver, the client and the response die by
     reference counting."""
-    async with gc_off():
-        seen = Seen()
-        await agent_turn(llm_server, "openai-chat", setup, consumer, seen)
-        await settle()
-        assert_freed(seen.refs)
+    turn = agent_turn(setup, consumer)
+    await assert_client_scenario_freed(llm_server, "openai-chat", [RICH, ANSWER], turn)
 
 
 @pytest.mark.asyncio
@@ -759,11 +790,8 @@ async def test_an_agent_turn_with_tools_on_other_clients_is_freed_without_the_gc
     llm_server: LLMServer, kind: str
 ) -> None:
     """The same turn (two approved async tool calls) over Anthropic and Responses."""
-    async with gc_off():
-        seen = Seen()
-        await agent_turn(llm_server, kind, "async-approver-yes", "Agent.send", seen)
-        await settle()
-        assert_freed(seen.refs)
+    turn = agent_turn("async-approver-yes", "Agent.send")
+    await assert_client_scenario_freed(llm_server, kind, [RICH, ANSWER], turn)
 
 
 @pytest.mark.asyncio
@@ -773,12 +801,10 @@ async def test_agent_turns_with_a_history_are_freed_without_the_gc(
 ) -> None:
     """Two turns over an InMemoryHistoryProvider (the first calls tools): the agent, the
     history, the client and the responses die by reference counting."""
-    async with gc_off():
-        seen = Seen()
-        llm_server.enqueue(RICH, ANSWER, Reply(text="You asked about the weather."))
+
+    async def two_turns(client: LLMClient, seen: Seen) -> None:
         tools = Tools()
         history = InMemoryHistoryProvider()
-        client = make_client("openai-chat", llm_server)
         agent = Agent(client, tools=[tools.sync()], history=history, instructions="Be brief.")
         first = await AGENT_CONSUMERS[consumer](agent, seen)
         assert first.text == RICH.text + ANSWER.text
@@ -790,10 +816,9 @@ async def test_agent_turns_with_a_history_are_freed_without_the_gc(
         seen.keep("second", second)
         seen.keep("history", history)
         seen.keep("agent", agent)
-        await closed(client, seen)
-        del client, agent, history, first, second
-        await settle()
-        assert_freed(seen.refs)
+
+    replies = [RICH, ANSWER, Reply(text="You asked about the weather.")]
+    await assert_client_scenario_freed(llm_server, "openai-chat", replies, two_turns)
 
 
 # ---------------------------------------------------------------- turns stopped during a tool
@@ -824,45 +849,33 @@ def _stopped_tool(tools: Tools, what: str) -> dict[str, Any]:
     return {"tools": [weather], "approver": approver}
 
 
-async def _stop_during_tool(server: LLMServer, what: str, how: str, seen: Seen) -> None:
-    server.enqueue(Reply(tool_calls=[CALLS[0]]), ANSWER)
-    tools = Tools()
-    options = _stopped_tool(tools, what)
-    watch = options.pop("watch", lambda _: None)
-    client = make_client("openai-chat", server)
-    agent = Agent(client, **options)
-    turn = agent.run("Weather?").pipe(rx.do_action(watch))
-    if how == "dispose":
-        subscription = turn.subscribe(on_error=seen.caught)
-        async with asyncio.timeout(10):
-            await tools.started.wait()
-        subscription.dispose()
-        del subscription
-    else:
-        task = asyncio.ensure_future(rafrx.collect_agent_response(turn))
-        async with asyncio.timeout(10):
-            await tools.started.wait()
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-        assert task.cancelled()
-        seen.keep("task", task)
-        del task
-    del turn, watch
-    tools.release.set()
-    await settle()
-    assert server.request_count == 1
-    assert tools.calls == 0
-    for t in agent.tools:
-        seen.keep("tool", t)
-    if options.get("approver") is not None:
-        seen.keep("approver", options["approver"])
-    seen.keep("agent", agent)
-    await closed(client, seen)
+def stopped_during_tool(server: LLMServer, what: str, how: str) -> ClientScenario:
+    """A turn stopped (as ``how``) once it runs its tool or awaits its approval (as
+    ``what``); then the tool let go."""
+
+    async def turn(client: LLMClient, seen: Seen) -> None:
+        tools = Tools()
+        options = _stopped_tool(tools, what)
+        watch = options.pop("watch", lambda _: None)
+        agent = Agent(client, **options)
+        await stop(agent.run("Weather?").pipe(rx.do_action(watch)), how, tools.started.wait, seen)
+        tools.release.set()
+        await settle()
+        assert server.request_count == 1
+        assert tools.calls == 0
+        keep_agent(agent, options, seen)
+
+    return turn
+
+
+async def turns_ended(seen: Seen) -> None:
+    """No error, and no turn nor tool call left running."""
+    assert_no_error(seen)
+    assert await eventually(lambda: not RUNNING_TURNS and not RUNNING_TOOLS, timeout=2.0)
 
 
 @pytest.mark.asyncio
-@pytest.mark.parametrize("how", ["dispose", "cancel-collect"])
+@pytest.mark.parametrize("how", STOPS)
 @pytest.mark.parametrize("what", ["async-tool", "sync-tool", "async-approval", "subject-approval"])
 async def test_a_turn_stopped_while_a_tool_runs_is_freed_without_the_gc(
     llm_server: LLMServer, what: str, how: str
@@ -870,34 +883,28 @@ async def test_a_turn_stopped_while_a_tool_runs_is_freed_without_the_gc(
     """A turn disposed of (or the task collecting it cancelled) while its tool runs or
     its approval is awaited: once the tool is done, the agent, the tool, the approver
     and the client die by reference counting."""
-    async with gc_off():
-        seen = Seen()
-        await _stop_during_tool(llm_server, what, how, seen)
-        assert seen.error_type is None, (seen.error_type, seen.message)
-        assert await eventually(lambda: not RUNNING_TURNS and not RUNNING_TOOLS, timeout=2.0)
-        await settle()
-        assert_freed(seen.refs)
+    await assert_client_scenario_freed(
+        llm_server,
+        "openai-chat",
+        [Reply(tool_calls=[CALLS[0]]), ANSWER],
+        stopped_during_tool(llm_server, what, how),
+        then=turns_ended,
+    )
 
 
 @pytest.mark.asyncio
 async def test_a_turn_taken_short_is_freed_without_the_gc(llm_server: LLMServer) -> None:
     """``Agent.run(...).pipe(take(2))``: the turn disposed of from inside its first LLM
     call's stream; the agent, its tool and the client die by reference counting."""
-    llm_server.enqueue(SLOW)
-    async with gc_off():
-        seen = Seen()
-        tools = Tools()
-        client = make_client("openai-chat", llm_server)
-        agent = Agent(client, tools=[tools.async_()])
+
+    async def taken_short(client: LLMClient, seen: Seen) -> None:
+        agent = Agent(client, tools=[Tools().async_()])
         assert await observe_all(agent.run("Weather?").pipe(rx.take(2)), seen) == 2
         assert await eventually(lambda: not RUNNING_TURNS)
         assert await eventually(lambda: llm_server.open_connections == 0)
-        seen.keep("tool", agent.tools[0])
-        seen.keep("agent", agent)
-        await closed(client, seen)
-        del client, agent
-        await settle()
-        assert_freed(seen.refs)
+        keep_agent(agent, {}, seen)
+
+    await assert_client_scenario_freed(llm_server, "openai-chat", [SLOW], taken_short)
 
 
 # ---------------------------------------------------------------- the notebook's live view
@@ -917,40 +924,52 @@ def _view(source: reactivex.Observable[Any]) -> Any:
     return live(source, display=text_display(io.StringIO()), interval=0.001)
 
 
-async def _live_to_the_end(client: LLMClient, what: str, seen: Seen) -> None:
-    view = _view(_shown(client, what))
-    response = await view
-    if what == "agent":
-        assert response.text == RICH.text + ANSWER.text
-    else:
-        check_rich(response)
-    assert view.state.status == "done"
-    seen.keep("view", view)
-    seen.keep("response", response)
+def live_to_the_end(what: str) -> ClientScenario:
+    """A live view of ``what``, awaited to the end."""
+
+    async def watched(client: LLMClient, seen: Seen) -> None:
+        view = _view(_shown(client, what))
+        response = await view
+        if what == "agent":
+            assert response.text == RICH.text + ANSWER.text
+        else:
+            check_rich(response)
+        assert view.state.status == "done"
+        seen.keep("view", view)
+        seen.keep("response", response)
+
+    return watched
 
 
-async def _live_stopped(client: LLMClient, what: str, how: str, seen: Seen) -> None:
-    view = _view(_shown(client, what))
-    assert await eventually(lambda: view.state.items >= 3)
-    if how == "dispose":
-        view.dispose()
-    else:  # (``await view`` in a cell the user interrupts)
-        task = asyncio.ensure_future(view._wait())
-        await asyncio.sleep(0)
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-        seen.keep("task", task)
-        del task
-    assert view.done
-    assert view.state.status == "stopped"
-    seen.keep("view", view)
+def live_stopped(what: str, how: str) -> ClientScenario:
+    """A live view of ``what``, disposed of (or its await cancelled) after three items."""
+
+    async def watched(client: LLMClient, seen: Seen) -> None:
+        view = _view(_shown(client, what))
+        assert await eventually(lambda: view.state.items >= 3)
+        if how == "dispose":
+            view.dispose()
+        else:  # (``await view`` in a cell the user interrupts)
+            task = asyncio.ensure_future(view._wait())
+            await asyncio.sleep(0)
+            await cancel(task, seen)
+        assert view.done
+        assert view.state.status == "stopped"
+        seen.keep("view", view)
+
+    return watched
 
 
-async def _live_check(server: LLMServer, seen: Seen) -> None:
-    assert await eventually(lambda: server.open_connections == 0)
-    await settle()
-    assert_freed(seen.refs)
+async def assert_live_view_freed(
+    server: LLMServer, replies: Sequence[Reply | Fault | Replay], watched: ClientScenario
+) -> None:
+    """:func:`assert_client_scenario_freed` of a live view, once the closed client's
+    connections are all closed."""
+
+    async def disconnected(seen: Seen) -> None:
+        assert await eventually(lambda: server.open_connections == 0)
+
+    await assert_client_scenario_freed(server, "openai-chat", replies, watched, then=disconnected)
 
 
 @pytest.mark.asyncio
@@ -960,14 +979,7 @@ async def test_a_live_view_of_a_stream_that_ended_is_freed_without_the_gc(
 ) -> None:
     """``rafrx.notebook.live`` with a text display (headless), awaited to the end: the
     view, the response and the client die by reference counting."""
-    llm_server.enqueue(RICH, ANSWER)
-    async with gc_off():
-        seen = Seen()
-        client = make_client("openai-chat", llm_server)
-        await _live_to_the_end(client, what, seen)
-        await closed(client, seen)
-        del client
-        await _live_check(llm_server, seen)
+    await assert_live_view_freed(llm_server, [RICH, ANSWER], live_to_the_end(what))
 
 
 @pytest.mark.asyncio
@@ -977,14 +989,7 @@ async def test_a_live_view_of_updates_stopped_mid_stream_is_freed_without_the_gc
 ) -> None:
     """A live view of a client's raw updates, disposed (or its await cancelled) after a
     few results: the view and the client die by reference counting."""
-    llm_server.enqueue(SLOW)
-    async with gc_off():
-        seen = Seen()
-        client = make_client("openai-chat", llm_server)
-        await _live_stopped(client, "updates", how, seen)
-        await closed(client, seen)
-        del client
-        await _live_check(llm_server, seen)
+    await assert_live_view_freed(llm_server, [SLOW], live_stopped("updates", how))
 
 
 @pytest.mark.asyncio
@@ -996,14 +1001,7 @@ async def test_a_live_view_of_results_stopped_mid_stream_is_freed_without_the_gc
     """A live view of converted results or of an agent's turn (no Subject in between),
     disposed (or its await cancelled) after a few results: the view, the agent and the
     client die by reference counting."""
-    llm_server.enqueue(SLOW)
-    async with gc_off():
-        seen = Seen()
-        client = make_client("openai-chat", llm_server)
-        await _live_stopped(client, what, how, seen)
-        await closed(client, seen)
-        del client
-        await _live_check(llm_server, seen)
+    await assert_live_view_freed(llm_server, [SLOW], live_stopped(what, how))
 
 
 # ---------------------------------------------------------------- a long run
