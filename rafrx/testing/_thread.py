@@ -30,6 +30,7 @@ class ServerThread:
         self.server = server
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
+        self._stopping = threading.Lock()  # one stop() at a time: the others wait for it
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
@@ -83,16 +84,19 @@ class ServerThread:
         """Close the server, stop the loop and join the thread.
 
         Tasks still running on the loop (e.g. from :meth:`run`) are cancelled.
+        Safe to call from several threads at once: each returns once it is stopped.
         """
-        loop, thread = self._loop, self._thread
-        if loop is None or thread is None:
-            return
-        try:
-            asyncio.run_coroutine_threadsafe(self.server.close(), loop).result(_START_TIMEOUT)
-        finally:
-            loop.call_soon_threadsafe(loop.stop)
-            thread.join(_START_TIMEOUT)
-            self._loop = self._thread = None
+        with self._stopping:
+            loop, thread = self._loop, self._thread
+            if loop is None or thread is None:
+                return
+            try:
+                close = asyncio.run_coroutine_threadsafe(self.server.close(), loop)
+                close.result(_START_TIMEOUT)
+            finally:
+                loop.call_soon_threadsafe(loop.stop)
+                thread.join(_START_TIMEOUT)
+                self._loop = self._thread = None
 
     def __enter__(self) -> LLMServer:
         return self.start()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import time
 import urllib.request
 from collections.abc import AsyncIterator, Mapping
@@ -702,6 +703,31 @@ def test_in_thread_serves_sync_code() -> None:
         assert len(server.requests) == 2
     assert b'"queued"' in bodies[0]
     assert b'"threaded"' in bodies[1]
+    assert not server.started
+    with pytest.raises(RuntimeError, match="not running"):
+        _ = thread.loop
+
+
+@pytest.mark.parametrize("attempt", range(5))  # (a race: tried a few times)
+def test_in_thread_stop_from_many_threads_at_once_stops_it_once(attempt: int) -> None:
+    thread = LLMServer.in_thread()
+    server = thread.start()
+    go = threading.Barrier(4)
+    errors: list[BaseException] = []
+
+    def stop() -> None:
+        go.wait()
+        try:
+            thread.stop()
+        except BaseException as exc:  # the failure this test is about
+            errors.append(exc)
+
+    stoppers = [threading.Thread(target=stop) for _ in range(4)]
+    for t in stoppers:
+        t.start()
+    for t in stoppers:
+        t.join(10)
+    assert errors == []
     assert not server.started
     with pytest.raises(RuntimeError, match="not running"):
         _ = thread.loop
