@@ -36,6 +36,7 @@ __all__ = [
     "MESSAGE_REF",
     "OPENAI_CALL_EXTRA",
     "OPENAI_REASONING",
+    "OPENAI_SERVER_TOOL_ITEMS",
     "REASONING_DETAILS",
     "TEXT_REF",
     "TOOL_USE_REF",
@@ -544,6 +545,21 @@ OPENAI_REASONING = "openai_reasoning"
 FUNCTION_CALL_REF = "rafrx.function_call_ref"
 MESSAGE_REF = "rafrx.message_ref"
 
+#: Types of the Responses output items of tools the server runs (web search, file search,
+#: code interpreter, image generation, remote MCP): kept whole under
+#: :data:`OPENAI_REASONING`, in output order, they go back in a tool loop, where a
+#: reasoning item must be followed by the item that followed it.
+OPENAI_SERVER_TOOL_ITEMS: Final = frozenset(
+    {
+        "web_search_call",
+        "file_search_call",
+        "code_interpreter_call",
+        "image_generation_call",
+        "mcp_call",
+        "mcp_list_tools",
+    }
+)
+
 #: Type of the ``provider_data`` block (``{"type": ..., "call_id": ..., "id": ...}``, under
 #: :data:`OPENAI_REASONING`) marking a call of a Responses *custom* tool: its free-form
 #: input arrives as the arguments ``{"input": text}``, and the call and its result go
@@ -602,6 +618,7 @@ _BLOCK_KEYS = {
     FUNCTION_CALL_REF: OPENAI_REASONING,
     CUSTOM_TOOL_CALL_REF: OPENAI_REASONING,
     MESSAGE_REF: OPENAI_REASONING,
+    **dict.fromkeys(OPENAI_SERVER_TOOL_ITEMS, OPENAI_REASONING),
     "tool_call_extra": OPENAI_CALL_EXTRA,
     REASONING_DETAILS: REASONING_DETAILS,
 }

@@ -637,3 +637,59 @@ async def test_responses_custom_tool_call_runs_and_goes_back_as_custom_items(
         "call_id": "call_c",
         "output": f"ran {len(code)} characters",
     }
+
+
+@pytest.mark.asyncio
+async def test_responses_web_search_call_goes_back_between_its_reasoning_items(
+    server: LLMServer,
+) -> None:
+    """A real gpt-5 recording with the hosted web search: output is [reasoning,
+    web_search_call ws_…, reasoning, message]. The next turn sends the conversation back,
+    and each reasoning item must be followed by the item that followed it: dropping the
+    web_search_call leaves the first reasoning item unpaired (400 "Item 'rs_…' of type
+    'reasoning' was provided without its required following item").
+
+    Evidence: https://github.com/vercel/ai/issues/7099 (reproduced "with gpt-5-mini plus
+    webSearchPreview across subsequent generateText calls"),
+    https://github.com/vercel/ai/issues/8379 (the same error with the web search tool).
+    """
+    recording = FIXTURES / "openai-responses" / "responses-web-search.sse"
+    recorded = _recorded_items(recording)
+    server.enqueue(Replay(recording, chunk_size=211), Reply(text="Also sunny."))
+    history = InMemoryHistoryProvider()
+    async with OpenAIResponsesClient(server.url, "sk", model="gpt-5") as client:
+        agent = Agent(client, history=history)
+        await _send(agent, "Weather in San Francisco?")
+        await _send(agent, "And tomorrow?")
+    second = server.requests[1]
+    assert body_problems("openai-responses", second.json) == []
+    turn = [(i.get("type"), i.get("id")) for i in second.messages if i.get("role") != "user"]
+    assert turn == [
+        ("reasoning", recorded[0]["id"]),
+        ("item_reference", recorded[1]["id"]),  # the web_search_call, kept by the API
+        ("reasoning", recorded[2]["id"]),
+        ("message", recorded[3]["id"]),
+    ]
+    assert recorded[1]["type"] == "web_search_call"
+
+
+@pytest.mark.asyncio
+async def test_responses_store_false_sends_the_web_search_call_whole(server: LLMServer) -> None:
+    """With ``store=False`` the API keeps nothing to reference: the web_search_call goes
+    back whole, in its place after its reasoning item.
+
+    Evidence: https://platform.openai.com/docs/guides/conversation-state ("store: false"
+    requests must carry every item), the recording above.
+    """
+    recording = FIXTURES / "openai-responses" / "responses-web-search.sse"
+    recorded = _recorded_items(recording)
+    server.enqueue(Replay(recording), Reply(text="Also sunny."))
+    history = InMemoryHistoryProvider()
+    async with OpenAIResponsesClient(server.url, "sk", model="gpt-5", store=False) as client:
+        agent = Agent(client, history=history)
+        await _send(agent, "Weather in San Francisco?")
+        await _send(agent, "And tomorrow?")
+    items = server.requests[1].messages
+    at = next(i for i, item in enumerate(items) if item.get("id") == recorded[0]["id"])
+    assert items[at + 1] == recorded[1]
+    assert items[at + 2]["id"] == recorded[2]["id"]

@@ -45,6 +45,7 @@ from rafrx.messages import (
     FUNCTION_CALL_REF,
     MESSAGE_REF,
     OPENAI_REASONING,
+    OPENAI_SERVER_TOOL_ITEMS,
     ChatMessage,
     MessageRole,
     ToolCall,
@@ -204,6 +205,8 @@ def _resolvable(items: Iterable[Any]) -> Iterator[Any]:
             unpaired = not item.get("encrypted_content")
             if not unpaired:
                 yield item
+        elif unpaired and item.get("type") in OPENAI_SERVER_TOOL_ITEMS:
+            continue  # (its id cannot go, nor can it go without one)
         elif unpaired and item.get("type") in ("function_call", "custom_tool_call"):
             yield {key: value for key, value in item.items() if key != "id"}
         elif unpaired and item.get("type") == "message":
@@ -214,6 +217,13 @@ def _resolvable(items: Iterable[Any]) -> Iterator[Any]:
             if item.get("type") in _RESULTS:  # past its output items
                 unpaired = False
             yield item
+
+
+def _by_reference(item: Any) -> Any:
+    """A server tool's output item as an ``item_reference`` to it; any other as it is."""
+    if _block_type(item) in OPENAI_SERVER_TOOL_ITEMS and isinstance(item.get("id"), str):
+        return {"type": "item_reference", "id": item["id"]}
+    return item
 
 
 def _is_reasoning(block: Any) -> bool:
@@ -618,10 +628,12 @@ class OpenAIResponsesClient(LLMClient):
         return payload
 
     def _complete(self, payload: dict[str, Any]) -> dict[str, Any]:
-        """With ``store: false`` nothing is kept server side: ask for the reasoning
-        items' ``encrypted_content``, and send none that lacks it (the API would look
-        it up by id, and fail)."""
+        """The items of the tools the server ran go back by reference (the API keeps
+        them). With ``store: false`` nothing is kept server side: they go whole, and
+        the request asks for the reasoning items' ``encrypted_content``, and sends none
+        that lacks it (the API would look it up by id, and fail)."""
         if payload.get("store") is not False:
+            payload["input"] = [_by_reference(item) for item in payload.get("input") or ()]
             return payload
         include = list(payload.get("include") or ())
         if "reasoning.encrypted_content" not in include:

@@ -13,8 +13,9 @@ no ``event:`` line):
   (parts follow each other with no separator); a finished ``reasoning`` item
   with an id → ``ReasoningDelta("", provider_data=item)``, kept whole (with
   its ``encrypted_content``) to go back in the next request of a tool loop,
-  and so is, for a finished ``function_call`` or ``message`` item that
-  follows one, a small block naming its id (``FUNCTION_CALL_REF`` /
+  and so is a finished item of a tool the server ran (``web_search_call``,
+  ...: ``OPENAI_SERVER_TOOL_ITEMS``); for a finished ``function_call`` or
+  ``message`` item that follows one, a small block naming its id (``FUNCTION_CALL_REF`` /
   ``MESSAGE_REF`` of :mod:`rafrx.messages`): the API pairs a reasoning item
   with the item after it by id;
 * a ``function_call`` output item → ``ToolCallStart(call_id, name)``, its
@@ -51,7 +52,12 @@ from typing import Any
 
 from rafrx import response
 from rafrx.errors import IncompleteStream
-from rafrx.messages import CUSTOM_TOOL_CALL_REF, FUNCTION_CALL_REF, MESSAGE_REF
+from rafrx.messages import (
+    CUSTOM_TOOL_CALL_REF,
+    FUNCTION_CALL_REF,
+    MESSAGE_REF,
+    OPENAI_SERVER_TOOL_ITEMS,
+)
 from rafrx.response import FinishReason
 from rafrx.sources.dialects._common import (
     as_int,
@@ -303,6 +309,8 @@ class OpenAIResponsesDialect:
         if kind == "reasoning" and item_id is not None:
             self._reasoned = True  # the items after it go back paired with it, by id
             return [ReasoningDelta("", provider_data=item)]
+        if kind in OPENAI_SERVER_TOOL_ITEMS and item_id is not None:
+            return [ReasoningDelta("", provider_data=item)]  # to go back, in its place
         if kind == "mcp_approval_request" and item_id is not None:
             return [self._approval_request(item_id, item)]
         if kind == "message" and item_id is not None:
