@@ -231,6 +231,28 @@ async def test_openai_chat_agent_transcript_goes_back_as_chat_messages(
         assert_openai_chat_rules(request["messages"])
 
 
+@pytest.mark.asyncio
+@pytest.mark.parametrize("field", ["reasoning", None])
+async def test_openai_chat_reasoning_goes_back_under_the_field_asked_for(
+    llm_server: LLMServer, field: str | None
+) -> None:
+    """``reasoning_field`` names the field the reasoning goes back in: Ollama reads
+    ``reasoning``; a strict server (StepFun, via OpenRouter) refuses the unknown
+    ``reasoning_content`` ("Unrecognized chat message"), so ``None`` sends none.
+
+    Evidence: https://github.com/HKUDS/nanobot/pull/795 (StepFun),
+    https://github.com/ollama/ollama/pull/18536 (Ollama reads ``reasoning``).
+    """
+    client = OpenAIChatClient(llm_server.url, "sk-t", "m", reasoning_field=field)
+    _, requests = await two_turns(llm_server, client)
+    [assistant] = [m for m in requests[1]["messages"] if m.get("tool_calls")]
+    expected = {k: v for k, v in OPENAI_ASSISTANT_WITH_CALLS.items() if k != "reasoning_content"}
+    if field is not None:
+        expected[field] = "Need weather."
+    assert assistant == expected
+    assert all("reasoning_content" not in m for r in requests for m in r["messages"])
+
+
 def assert_openai_chat_rules(messages: list[dict[str, Any]]) -> None:
     """Each assistant's tool calls are answered, in full, by the tool messages right after."""
     for i, msg in enumerate(messages):

@@ -513,20 +513,50 @@ class OpenAIChatClient(LLMClient):
     OpenRouter, Ollama, vLLM, llama.cpp, Gemini, Mistral, xAI, Azure …).
 
     Sends ``stream: true`` with ``stream_options.include_usage``; tools as
-    ``{"type": "function", "function": {...}}``. See :class:`LLMClient` for
-    the arguments.
+    ``{"type": "function", "function": {...}}``. Besides :class:`LLMClient`'s
+    arguments, ``reasoning_field``: the assistant message field that carries a
+    past turn's reasoning back, ``"reasoning_content"`` by default (DeepSeek's,
+    which refuses a tool loop without it; Kimi and Qwen read it too),
+    ``"reasoning"`` (Ollama's), or ``None`` to send no reasoning, nor OpenRouter's
+    ``reasoning_details`` (a server that refuses unknown fields, such as StepFun's).
+
+    Example:
+        >>> client = OpenAIChatClient("http://127.0.0.1:1", model="m", reasoning_field=None)
+        >>> turn = [ChatMessage("assistant", "Hi.", reasoning="Greet.")]
+        >>> client._payload(turn, [])["messages"]
+        [{'role': 'assistant', 'content': 'Hi.'}]
     """
 
     dialect = "openai-chat"
     endpoint = "chat/completions"
     default_model = "gpt-4o-mini"
 
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str | None = None,
+        model: str | None = None,
+        *,
+        reasoning_field: str | None = "reasoning_content",
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(base_url, api_key, model, **kwargs)
+        self.reasoning_field = reasoning_field
+
     def _payload(
         self, messages: Sequence[ChatMessage], tools: Sequence[ToolLike]
     ) -> dict[str, Any]:
+        wire = to_openai_chat(messages)
+        if self.reasoning_field != "reasoning_content":
+            for message in wire:
+                reasoning = message.pop("reasoning_content", None)
+                if self.reasoning_field is None:
+                    message.pop("reasoning_details", None)
+                elif reasoning is not None:
+                    message[self.reasoning_field] = reasoning
         payload: dict[str, Any] = {
             "model": self.model,
-            "messages": to_openai_chat(messages),
+            "messages": wire,
             "stream_options": {"include_usage": True},
         }
         if tools:
