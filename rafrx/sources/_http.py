@@ -32,6 +32,7 @@ import codecs
 import contextlib
 import datetime
 import email.utils
+import functools
 import io
 import json
 import math
@@ -39,7 +40,7 @@ import random
 import re
 import threading
 import time
-from collections.abc import AsyncGenerator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from typing import Any, Final, final
 
 import aiohttp
@@ -196,6 +197,44 @@ def parse_retry_after(headers: Mapping[str, str], now: float | None = None) -> f
     if when.tzinfo is None:  # the asctime form: an HTTP date is always GMT (RFC 9110 5.6.7)
         when = when.replace(tzinfo=datetime.UTC)
     return max(0.0, when.timestamp() - (time.time() if now is None else now))
+
+
+def _fail_body_when_closed(response: aiohttp.ClientResponse) -> Callable[[], object]:
+    """Fail the body's reader if its connection closes before the body ends.
+
+    aiohttp's C parser, on bad chunk framing mid-body, closes the connection and
+    leaves the body reader waiting, with no error set on it: the stream would end
+    only at the idle timeout. Returns the function that stops watching (the
+    connection may go back to the pool and serve other requests).
+    """
+    connection = response.connection
+    protocol = None if connection is None else connection.protocol
+    closed = None if protocol is None else protocol.closed
+    if closed is None:  # already closed: the reader has its end or its error
+        return _nothing
+    content = response.content
+
+    def on_closed(future: asyncio.Future[None]) -> None:
+        if not content.is_eof() and content.exception() is None:
+            content.set_exception(
+                aiohttp.ClientPayloadError("the connection closed before the body ended")
+            )
+
+    # (one callback that reads the future's error, whoever made it: an error nobody
+    # reads would be logged when the future goes)
+    closed.remove_done_callback(_read_error)
+    closed.add_done_callback(_read_error)
+    closed.add_done_callback(on_closed)
+    return functools.partial(closed.remove_done_callback, on_closed)
+
+
+def _read_error(future: asyncio.Future[None]) -> None:
+    if not future.cancelled():
+        future.exception()
+
+
+def _nothing() -> None:
+    pass
 
 
 def _charset(response: aiohttp.ClientResponse) -> str:
@@ -703,6 +742,7 @@ class _StreamCall:
     async def _read_body(self, response: aiohttp.ClientResponse, decoder: UpdateDecoder) -> None:
         idle = self.timeouts.idle
         chunks = response.content.iter_any().__aiter__()
+        unwatch = _fail_body_when_closed(response)
         try:
             async with asyncio.timeout(None) as deadline:
                 timer = IdleTimer(self.loop, idle, deadline)
@@ -722,12 +762,6 @@ class _StreamCall:
             error: RafrxError = IdleTimeout(
                 f"no data from {self.request.safe_url} for {idle} s (idle timeout)"
             )
-            if self.session is not None and self.session.closed:  # not the server's fault
-                error = TransportError(
-                    f"the aiohttp session was closed while streaming from "
-                    f"{self.request.safe_url}, after {self.delivered} update(s)",
-                    retryable=False,
-                )
         except (
             aiohttp.ClientPayloadError,
             aiohttp.ClientConnectionError,
@@ -740,6 +774,14 @@ class _StreamCall:
             )
             error = StreamInterrupted(redact(message, self.request.secrets))
             exc.__traceback__ = None  # aiohttp's reader keeps it: no frame of this call in it
+        finally:
+            unwatch()
+        if self.session is not None and self.session.closed:  # not the server's fault
+            error = TransportError(
+                f"the aiohttp session was closed while streaming from "
+                f"{self.request.safe_url}, after {self.delivered} update(s)",
+                retryable=False,
+            )
         try:
             raise error  # out of the handlers: no __context__ (see _send)
         finally:
