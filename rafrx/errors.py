@@ -168,6 +168,8 @@ class HTTPStatusError(RafrxError):
         code: The provider's error code, when it sends one (OpenAI's
             ``rate_limit_exceeded``, ``insufficient_quota`` ...).
         retry_after: Seconds the server asked to wait (``Retry-After``).
+        request_id: The server's id for the request (``x-request-id`` /
+            ``request-id``), what the providers' support asks for.
     """
 
     def __init__(
@@ -180,12 +182,15 @@ class HTTPStatusError(RafrxError):
         code: str | None = None,
         retry_after: float | None = None,
         message: str | None = None,
+        request_id: str | None = None,
     ) -> None:
         if message is None:
             message = f"HTTP {status}"
             if provider_message:
                 message += f": {provider_message}"
-        super().__init__(message, status=status, body=body, retryable=status in _RETRYABLE_STATUSES)
+        retryable = status in _RETRYABLE_STATUSES or status >= 500  # as the SDKs: any 5xx
+        super().__init__(message, status=status, body=body, retryable=retryable)
+        self.request_id = request_id
         self.provider_message = provider_message
         self.error_type = error_type
         self.code = code

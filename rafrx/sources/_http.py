@@ -815,6 +815,7 @@ class _StreamCall:
             error_type=error_type,
             code=code,
             retry_after=parse_retry_after(headers),
+            request_id=headers.get("x-request-id") or headers.get("request-id"),
         )
         if error.retryable and not is_retryable(error_type, code, response.status):
             error.retryable = False  # a 429 for an exhausted quota: waiting does not help

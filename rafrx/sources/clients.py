@@ -356,7 +356,7 @@ class LLMClient(abc.ABC):
         self.timeouts = timeouts
         self.retry = retry
         self.params = dict(params)
-        self._api_key = None if api_key is None else _Secret(api_key)
+        self._api_key = _Secret(api_key) if api_key else None  # ("": none, as openai-python)
         self._extra_headers = dict(headers or {})
         self._sessions = SessionPool(session)
         self.url = _endpoint(base_url, self.endpoint)
@@ -564,6 +564,13 @@ class OpenAIChatClient(LLMClient):
                 {"type": "function", "function": _function(*tool_schema(t), _strict(t))}
                 for t in tools
             ]
+        return payload
+
+    def _complete(self, payload: dict[str, Any]) -> dict[str, Any]:
+        """``stream_options`` given by the user keep ``include_usage`` unless they set it."""
+        options = payload.get("stream_options")
+        if isinstance(options, Mapping) and "include_usage" not in options:
+            payload["stream_options"] = {"include_usage": True, **options}
         return payload
 
     async def __aenter__(self) -> OpenAIChatClient:

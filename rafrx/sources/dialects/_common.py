@@ -200,7 +200,10 @@ def is_retryable(error_type: str | None, code: Any, status: Any = None) -> bool:
         return False  # out of credit: waiting does not help
     if any(word in words for word in _RETRYABLE_WORDS):
         return True
-    return any(as_int(n) in _RETRYABLE_STATUSES for n in (code, status))
+    return any(
+        (n := as_int(value)) is not None and (n in _RETRYABLE_STATUSES or 500 <= n < 600)
+        for value in (code, status)
+    )
 
 
 def provider_error(
