@@ -107,7 +107,7 @@ CANCEL_GRACE: Final = 0.1
 
 
 def _valid_name(instance: Any, attribute: Any, value: str) -> None:
-    if not _NAME.match(value):
+    if not _NAME.fullmatch(value):  # ($ alone would let a final "\n" through)
         raise ValueError(f"a tool name must match {_NAME.pattern}, got {value!r}")
 
 
