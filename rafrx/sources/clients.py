@@ -232,20 +232,21 @@ def _is_reasoning(block: Any) -> bool:
 
 _RESULTS = ("function_call_output", "custom_tool_call_output", None)
 _CALL_REF_TYPES = (FUNCTION_CALL_REF, CUSTOM_TOOL_CALL_REF)
+_REF_TYPES = (*_CALL_REF_TYPES, MESSAGE_REF)
 
 
 def _is_ref(block: Any) -> bool:
-    return _block_type(block) in (FUNCTION_CALL_REF, CUSTOM_TOOL_CALL_REF, MESSAGE_REF)
+    return _block_type(block) in _REF_TYPES
 
 
 def _call_item(call: ToolCall, custom: bool, item_id: str | None = None) -> dict[str, Any]:
     """A ``function_call`` item, or a ``custom_tool_call`` one with the ``input`` text."""
     item = {"type": "function_call", "call_id": call.id, "name": call.name}
-    arguments = call.arguments
-    if custom and isinstance(arguments, Mapping) and isinstance(arguments.get("input"), str):
-        item.update(type="custom_tool_call", input=arguments["input"])
-    elif custom:  # (edited since into something else: sent as it is)
-        item.update(type="custom_tool_call", input=call.arguments_json())
+    if custom:
+        text = call.arguments.get("input") if isinstance(call.arguments, Mapping) else None
+        if not isinstance(text, str):  # (edited since into something else: sent as it is)
+            text = call.arguments_json()
+        item.update(type="custom_tool_call", input=text)
     else:
         item["arguments"] = call.arguments_json()
     if item_id is not None:
