@@ -27,6 +27,7 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import enum
 import functools
@@ -40,6 +41,7 @@ from typing import Annotated, Any, Literal, TypeAlias, Union
 import attrs
 
 from rafrx._docstrings import parse_docstring
+from rafrx._pydantic import field_default, field_info, is_model, model_schema
 from rafrx._schema_check import check, json_equal, json_type, show
 
 __all__ = ["Binder", "ConversionError", "Converter", "function_schema", "type_schema"]
@@ -96,8 +98,7 @@ def type_schema(hint: Any, seen: tuple[type, ...] = ()) -> tuple[dict[str, Any],
         return {}, _identity
     if origin is Annotated:
         schema, convert = type_schema(args[0], seen)
-        docs = [a for a in args[1:] if isinstance(a, str)]
-        return ({**schema, "description": docs[0]} if docs else schema), convert
+        return _annotated(schema, args[1:]), convert
     if hint is None or hint is type(None):
         return {"type": "null"}, _identity
     if hint is bool:
@@ -129,8 +130,12 @@ def type_schema(hint: Any, seen: tuple[type, ...] = ()) -> tuple[dict[str, Any],
         value_schema, value = type_schema(args[1] if args else Any, seen)
         schema = {"type": "object", "additionalProperties": value_schema}
         return schema, lambda v: {k: value(x) for k, x in v.items()}
-    if isinstance(hint, type) and attrs.has(hint):
-        return _attrs_schema(hint, seen)
+    if isinstance(hint, type):
+        if is_model(hint):
+            model: Any = hint
+            return model_schema(model, seen), model.model_validate
+        if attrs.has(hint) or dataclasses.is_dataclass(hint) or _is_typeddict(hint):
+            return _class_schema(hint, seen)
     raise TypeError(f"unsupported type in a tool schema: {hint!r}")
 
 
@@ -171,12 +176,22 @@ def function_schema(fn: Callable[..., Any], docs: Mapping[str, str]) -> tuple[An
                 raise TypeError(f"a tool cannot take *args or **kwargs: {name}({param})")
             if param.name in fixed:
                 continue
-            if param.default is param.empty:
+            hint = hints.get(param.name, Any)
+            field = field_info(param.default)
+            if field is not None:  # ``= Field(default=..., description=...)``
+                hint = Annotated[hint, field]
+                if not field.is_required():
+                    filled[param.name] = functools.partial(
+                        field.get_default, call_default_factory=True
+                    )
+                default = _REQUIRED if field.is_required() else field_default(field)
+            elif param.default is param.empty:
                 default = _REQUIRED
             else:
                 default = _json_default_value(param.default)
-            yield param.name, hints.get(param.name, Any), default
+            yield param.name, hint, default
 
+    filled: dict[str, Callable[[], Any]] = {}  # the defaults Python cannot apply: Field()s
     schema, converters = _object_schema(properties(), docs, ())
 
     def bind(arguments: Mapping[str, Any]) -> tuple[list[Any], dict[str, Any]]:
@@ -187,6 +202,9 @@ def function_schema(fn: Callable[..., Any], docs: Mapping[str, str]) -> tuple[An
             except _CONVERSION_ERRORS as exc:
                 problem = f"argument {name!r}: {type(exc).__name__}: {exc}"
                 raise ConversionError(problem) from exc
+        for name, make in filled.items():
+            if name not in values:
+                values[name] = make()
         # Positional-only, in order, up to the last one given; one left out before it
         # takes its default (the schema has made sure it has one).
         given = [i for i, name in enumerate(positional) if name in values]
@@ -251,28 +269,109 @@ def _object_schema(
     return object_schema, converters
 
 
-def _attrs_schema(cls: type, seen: tuple[type, ...]) -> tuple[dict[str, Any], Converter]:
+def _class_schema(cls: type, seen: tuple[type, ...]) -> tuple[dict[str, Any], Converter]:
+    """An attrs class, a dataclass or a ``TypedDict`` as a closed object schema.
+
+    The JSON object becomes an instance (a plain ``dict`` for a ``TypedDict``);
+    its fields are described by the class docstring's ``Attributes:`` section.
+    """
     if cls in seen:
         raise TypeError(f"recursive types are not supported in a tool schema: {cls.__name__}")
     hints = typing.get_type_hints(cls, include_extras=True)
     description, docs = parse_docstring(cls.__doc__)
-    properties = (
-        (
-            field.alias or field.name,
-            hints.get(field.name, Any),
-            _REQUIRED if field.default is attrs.NOTHING else _NO_DEFAULT,
-        )
-        for field in attrs.fields(cls)
-        if field.init
-    )
-    schema, converters = _object_schema(properties, docs, (*seen, cls))
-    if description and not description.startswith(f"{cls.__name__}("):
+    schema, converters = _object_schema(_fields(cls, hints), docs, (*seen, cls))
+    if description and not description.startswith(f"{cls.__name__}("):  # not a generated one
         schema = {"description": description, **schema}
+    make: Callable[..., Any] = dict if _is_typeddict(cls) else cls
 
     def convert(value: Mapping[str, Any]) -> Any:
-        return cls(**{k: converters[k](v) for k, v in value.items()})
+        return make(**{k: converters[k](v) for k, v in value.items()})
 
     return schema, convert
+
+
+def _is_typeddict(cls: type) -> bool:
+    """Whether ``cls`` is a ``TypedDict``: typing's, or typing_extensions' (another before 3.13)."""
+    return issubclass(cls, dict) and hasattr(cls, "__required_keys__")
+
+
+def _qualifier(hint: Any) -> str | None:
+    """``"Required"`` for ``Required[...]`` (typing's or typing_extensions'), and so on."""
+    origin = typing.get_origin(hint)
+    return getattr(origin, "_name", None) if origin is not None else None
+
+
+def _fields(cls: type, hints: Mapping[str, Any]) -> Iterator[tuple[str, Any, Any]]:
+    """The ``(name, hint, default)`` of each field a class is built from."""
+    if attrs.has(cls):
+        for field in attrs.fields(cls):
+            if field.init:
+                default = field.default
+                if default is attrs.NOTHING:
+                    default = _REQUIRED
+                elif isinstance(default, attrs.Factory):  # type: ignore[arg-type]
+                    default = _NO_DEFAULT
+                else:
+                    default = _json_default_value(default)
+                yield field.alias or field.name, hints.get(field.name, Any), default
+    elif dataclasses.is_dataclass(cls):
+        for item in dataclasses.fields(cls):
+            if item.init:
+                if item.default is not dataclasses.MISSING:
+                    default = _json_default_value(item.default)
+                else:
+                    missing = item.default_factory is dataclasses.MISSING
+                    default = _REQUIRED if missing else _NO_DEFAULT
+                yield item.name, hints.get(item.name, Any), default
+    else:  # a TypedDict: Required[...] and NotRequired[...] are in __required_keys__
+        required = cls.__required_keys__  # type: ignore[attr-defined]
+        for name, hint in hints.items():
+            while _qualifier(hint) in ("Required", "NotRequired"):
+                hint = typing.get_args(hint)[0]
+            yield name, hint, _REQUIRED if name in required else _NO_DEFAULT
+
+
+# Constraint attributes of ``Annotated`` metadata (annotated_types, pydantic's Field),
+# and the JSON Schema keywords they are, for strings and arrays where they differ.
+_CONSTRAINTS: dict[str, tuple[str, str]] = {
+    "gt": ("exclusiveMinimum", "exclusiveMinimum"),
+    "ge": ("minimum", "minimum"),
+    "lt": ("exclusiveMaximum", "exclusiveMaximum"),
+    "le": ("maximum", "maximum"),
+    "multiple_of": ("multipleOf", "multipleOf"),
+    "min_length": ("minLength", "minItems"),
+    "max_length": ("maxLength", "maxItems"),
+    "pattern": ("pattern", "pattern"),
+}
+
+
+def _annotated(schema: dict[str, Any], metadata: Iterable[Any]) -> dict[str, Any]:
+    """``schema`` with what ``Annotated`` metadata says: a string is the description;
+    a pydantic ``Field`` gives its description and constraints, as do
+    annotated_types' ``Ge``, ``MaxLen``, ``Interval`` … (anything else is ignored).
+
+    Example:
+        >>> import annotated_types
+        >>> _annotated({"type": "integer"}, ["How many.", annotated_types.Interval(ge=1, lt=9)])
+        {'type': 'integer', 'description': 'How many.', 'minimum': 1, 'exclusiveMaximum': 9}
+    """
+    extra: dict[str, Any] = {}
+    array = schema.get("type") == "array"
+    for item in metadata:
+        if isinstance(item, str):
+            extra.setdefault("description", item)
+            continue
+        field = field_info(item)
+        if field is not None:
+            if field.description:
+                extra["description"] = field.description
+            extra.update(_annotated(schema, field.metadata))
+            continue
+        for name, (keyword, array_keyword) in _CONSTRAINTS.items():
+            value = getattr(item, name, None)
+            if value is not None and not callable(value):
+                extra[array_keyword if array else keyword] = value
+    return {**schema, **extra}
 
 
 def _union_schema(args: tuple[Any, ...], seen: tuple[type, ...]) -> tuple[dict[str, Any], Any]:

@@ -1,8 +1,13 @@
 """Checking parsed JSON against the subset of JSON Schema that tool schemas use.
 
 Supported keywords: ``type`` (a name or a list of names), ``enum``,
-``anyOf``/``oneOf``, ``items``/``prefixItems``/``minItems``/``maxItems``,
-``properties``/``required``/``additionalProperties``. An integer is a
+``const``, ``anyOf``/``oneOf``/``allOf``; for numbers ``minimum``,
+``maximum``, ``exclusiveMinimum``, ``exclusiveMaximum``, ``multipleOf``; for
+strings ``minLength``/``maxLength`` (in code points) and ``pattern`` (a
+search, as JSON Schema says); for arrays
+``items``/``prefixItems``/``minItems``/``maxItems``/``uniqueItems``; for
+objects ``properties``/``required``/``additionalProperties``/
+``minProperties``/``maxProperties``. An integer is a
 ``number``, and a float with no fraction is an ``integer``; a boolean is
 never a number. ``enum`` compares as JSON does (``1.0`` is ``1``, a list is
 the tuple it spells). Errors name the argument they are about.
@@ -20,7 +25,11 @@ Example:
 
 from __future__ import annotations
 
+import decimal
+import functools
 import json
+import operator
+import re
 import reprlib
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -120,6 +129,8 @@ def check(schema: Mapping[str, Any] | bool, value: Any, path: str) -> str | None
     if "enum" in schema and not any(json_equal(value, v) for v in schema["enum"]):
         options = ", ".join(json.dumps(v, ensure_ascii=False) for v in schema["enum"])
         return f"{_where(path)}expected one of {options}, got {show(value)}"
+    if "const" in schema and not json_equal(value, schema["const"]):
+        return f"{_where(path)}expected {_text(schema['const'])}, got {show(value)}"
     for key in ("anyOf", "oneOf"):
         if key in schema:
             branches = [(s, check(s, value, path)) for s in schema[key]]
@@ -127,6 +138,16 @@ def check(schema: Mapping[str, Any] | bool, value: Any, path: str) -> str | None
                 # a branch of the value's own type explains best (not "expected null")
                 near = [e for s, e in branches if e and _same_type(s, value)]
                 return near[0] if len(near) == 1 else " or ".join(e for _, e in branches if e)
+    for part in schema.get("allOf", ()):
+        error = check(part, value, path)
+        if error:
+            return error
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int | float):
+        return _check_number(schema, value, path)
+    if isinstance(value, str):
+        return _check_string(schema, value, path)
     if isinstance(value, list | tuple):
         return _check_array(schema, value, path)
     if isinstance(value, Mapping):
@@ -146,6 +167,9 @@ def check_object(schema: Mapping[str, Any], value: Mapping[str, Any], path: str)
     errors: list[str] = []
     properties: Mapping[str, Any] = schema.get("properties", {})
     prefix = f"{path}." if path else ""
+    count = _count_error(schema, "Properties", len(value), "properties")
+    if count:
+        errors.append(f"{_where(path) or 'arguments: '}{count}")
     for name in schema.get("required", ()):
         if name not in value:
             errors.append(f"missing required argument {prefix + name!r}")
@@ -162,11 +186,69 @@ def check_object(schema: Mapping[str, Any], value: Mapping[str, Any], path: str)
     return errors
 
 
+def _check_number(schema: Mapping[str, Any], value: float, path: str) -> str | None:
+    bounds = (
+        ("minimum", operator.ge, "at least"),
+        ("exclusiveMinimum", operator.gt, "more than"),
+        ("maximum", operator.le, "at most"),
+        ("exclusiveMaximum", operator.lt, "less than"),
+    )
+    for key, holds, words in bounds:
+        bound: Any = schema.get(key)
+        is_number = isinstance(bound, int | float) and not isinstance(bound, bool)
+        if is_number and not holds(value, bound):
+            return f"{_where(path)}expected {words} {_text(bound)}, got {show(value)}"
+    step = schema.get("multipleOf")
+    if isinstance(step, int | float) and step > 0 and not _is_multiple(value, step):
+        return f"{_where(path)}expected a multiple of {_text(step)}, got {show(value)}"
+    return None
+
+
+def _is_multiple(value: float, step: float) -> bool:
+    """Whether ``value`` is a whole multiple of ``step``, in the decimals they are written in
+    (``0.3`` is a multiple of ``0.1``)."""
+    if isinstance(value, int) and isinstance(step, int):
+        return value % step == 0
+    try:
+        return decimal.Decimal(repr(value)) % decimal.Decimal(repr(step)) == 0
+    except (decimal.InvalidOperation, ValueError):  # an infinity, NaN, a huge quotient
+        return False
+
+
+def _check_string(schema: Mapping[str, Any], value: str, path: str) -> str | None:
+    count = _count_error(schema, "Length", len(value), "characters")  # code points, as JSON
+    if count:
+        return f"{_where(path)}{count}, got {show(value)}"
+    pattern = schema.get("pattern")
+    if isinstance(pattern, str) and _compiled(pattern).search(value) is None:
+        return f"{_where(path)}expected a string matching {pattern!r}, got {show(value)}"
+    return None
+
+
+@functools.lru_cache(maxsize=256)
+def _compiled(pattern: str) -> re.Pattern[str]:
+    return re.compile(pattern)
+
+
+def _count_error(schema: Mapping[str, Any], key: str, count: int, things: str) -> str | None:
+    """How ``count`` breaks ``min<key>``/``max<key>``, or ``None``."""
+    low, high = schema.get(f"min{key}"), schema.get(f"max{key}")
+    if (low is None or count >= low) and (high is None or count <= high):
+        return None
+    wanted = low if low == high else f"{low or 0}..{high if high is not None else ''}"
+    return f"expected {wanted} {things}, got {count}"
+
+
 def _check_array(schema: Mapping[str, Any], value: Sequence[Any], path: str) -> str | None:
-    low, high = schema.get("minItems"), schema.get("maxItems")
-    if (low is not None and len(value) < low) or (high is not None and len(value) > high):
-        count = low if low == high else f"{low or 0}..{high if high is not None else ''}"
-        return f"{_where(path)}expected {count} items, got {len(value)}"
+    count = _count_error(schema, "Items", len(value), "items")
+    if count:
+        return f"{_where(path)}{count}"
+    if schema.get("uniqueItems") is True:
+        first: dict[Any, int] = {}
+        for i, item in enumerate(value):
+            j = first.setdefault(_identity(item), i)
+            if j != i:
+                return f"{_where(path)}expected unique items, but items {j} and {i} are equal"
     prefix = schema.get("prefixItems", [])
     for i, item in enumerate(value):
         sub = prefix[i] if i < len(prefix) else schema.get("items", True)
@@ -174,6 +256,23 @@ def _check_array(schema: Mapping[str, Any], value: Sequence[Any], path: str) -> 
         if error:
             return error
     return None
+
+
+def _identity(value: Any) -> Any:
+    """A hashable key equal for JSON-equal values (``1`` and ``1.0``, never ``True``)."""
+    kind = json_type(value)
+    if kind == "array":
+        return kind, tuple(_identity(v) for v in value)
+    if kind == "object":
+        return kind, frozenset((k, _identity(v)) for k, v in value.items())
+    if kind == "integer":
+        kind = "number"  # 1 == 1.0 and hash(1) == hash(1.0)
+    return kind, value
+
+
+def _text(value: Any) -> str:
+    """A schema's bound or constant as JSON text."""
+    return json.dumps(value, ensure_ascii=False)
 
 
 def _kinds(schema: Mapping[str, Any]) -> list[str] | None:

@@ -23,6 +23,8 @@ from typing import Any
 
 import attrs
 
+from rafrx._pydantic import is_model
+
 __all__ = ["format_result"]
 
 
@@ -32,7 +34,8 @@ def format_result(value: Any) -> str:
     ``str`` goes as is (a ``str`` subclass, such as a ``StrEnum`` member, as
     its plain text); anything else as JSON (enums as their value, attrs and
     dataclass instances as objects, sets as lists, dates in ISO format, dict
-    keys of those kinds as their JSON string).
+    keys of those kinds as their JSON string, pydantic models as their
+    ``model_dump(mode="json", by_alias=True)``).
 
     Raises:
         TypeError: the value has no JSON form.
@@ -85,6 +88,8 @@ def _key(key: Any) -> Any:
 def _to_json(value: Any) -> Any:
     if isinstance(value, enum.Enum):
         return value.value
+    if is_model(type(value)):
+        return value.model_dump(mode="json", by_alias=True)
     if attrs.has(type(value)):
         return _with_json_keys(attrs.asdict(value, recurse=False))
     if dataclasses.is_dataclass(value) and not isinstance(value, type):

@@ -1,13 +1,15 @@
 """Tools: Python functions the model can call, with schemas, validation and timeouts.
 
 ``@tool`` turns a sync or async function into a :class:`Tool`: the name is the
-function's, the description the docstring's first paragraph, and the JSON
-schema of the parameters comes from the type hints (``str``, ``int``,
+function's, the description the docstring's text before its sections, and
+the JSON schema of the parameters comes from the type hints (``str``, ``int``,
 ``float``, ``bool``, ``list[...]``, ``tuple[...]``, ``dict[str, ...]``,
-``X | None``, ``Literal``, ``Enum``, attrs classes, ``datetime``/``date`` as
-ISO strings, ``Annotated[X, "doc"]``)
-with per-parameter descriptions from a Google-style ``Args:`` section.
-Parameters with a default are optional. A ``functools.partial`` or a
+``X | None``, ``Literal``, ``Enum``, attrs classes, dataclasses,
+``TypedDict``, pydantic models, ``datetime``/``date`` as ISO strings,
+``Annotated[X, "doc"]`` and ``Annotated[X, Field(ge=1)]``) with
+per-parameter descriptions from the docstring (Google ``Args:``, Sphinx
+``:param x:`` or NumPy ``Parameters``). Parameters with a default (also a
+pydantic ``Field(default=...)``) are optional. A ``functools.partial`` or a
 callable object works too: the parameters the partial leaves open, typed
 by the hints of its function (of the object's ``__call__``).
 
@@ -36,15 +38,18 @@ Example:
     rafrx.errors.InvalidToolArguments: invalid arguments for tool 'weather': argument 'days': expected integer, got boolean true
 
 :meth:`Tool.invoke` validates the arguments, converts them (enum values to
-members, objects to attrs instances) and runs the function; sync functions
+members, objects to attrs, dataclass or pydantic instances) and runs the function; sync functions
 run in a worker thread (``asyncio.to_thread``) so they never block the event
 loop. Definitions serialize to each provider's request format
-(:meth:`Tool.to_openai`, :meth:`Tool.to_anthropic`, :meth:`Tool.to_responses`).
+(:meth:`Tool.to_openai`, :meth:`Tool.to_anthropic`, :meth:`Tool.to_responses`);
+``@tool(strict=True)`` sends OpenAI the schema in its strict form.
 
 The parts live in private modules with one job each: ``rafrx._docstrings``
-(summary and ``Args:``), ``rafrx._schema`` (schemas and converters from type
-hints), ``rafrx._schema_check`` (validation), ``rafrx._call`` (running sync or
-async functions) and ``rafrx._tool_result`` (:func:`format_result`).
+(description and parameters), ``rafrx._schema`` (schemas and converters from
+type hints), ``rafrx._pydantic`` (pydantic models and fields, when pydantic
+is in use), ``rafrx._schema_check`` (validation), ``rafrx._strict`` (OpenAI's
+strict mode), ``rafrx._call`` (running sync or async functions) and
+``rafrx._tool_result`` (:func:`format_result`).
 """  # noqa: E501
 
 from __future__ import annotations
@@ -64,6 +69,7 @@ from rafrx._cycles import without_frames
 from rafrx._docstrings import parse_docstring
 from rafrx._schema import Binder, ConversionError, function_schema
 from rafrx._schema_check import check, check_object, show
+from rafrx._strict import strict_schema, without_nulls
 from rafrx._tool_result import format_result
 from rafrx.errors import (
     InvalidToolArguments,
@@ -132,6 +138,9 @@ class Tool:
         fn: The sync or async function.
         requires_approval: Whether a call must be approved before it runs.
         timeout: Seconds a call may take; ``None`` for no limit.
+        strict: Whether OpenAI is asked for arguments that always fit the
+            schema: :attr:`strict_parameters` is sent instead, and a ``null``
+            for an optional argument means its default.
 
     Example:
         >>> def echo(text: str) -> str:
@@ -148,10 +157,15 @@ class Tool:
     fn: Callable[..., Any] = attrs.field(repr=False)
     requires_approval: bool = False
     timeout: float | None = attrs.field(default=None, validator=_positive)
+    strict: bool = False
     _binder: Binder | None = attrs.field(
         default=None, kw_only=True, alias="binder", repr=False, eq=False, hash=False
     )
     _method: bool = attrs.field(default=False, kw_only=True, alias="method", repr=False)
+
+    def __attrs_post_init__(self) -> None:
+        if self.strict:
+            strict_schema(self.parameters)  # a TypeError now, not a 400 from the API later
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Call the function directly, as if it were not decorated."""
@@ -166,16 +180,29 @@ class Tool:
 
     # ------------------------------------------------------------ definitions
 
+    @property
+    def strict_parameters(self) -> dict[str, Any]:
+        """The schema in OpenAI's strict form: every property required, optional ones
+        nullable (``null`` means "use the default"), every object closed.
+
+        Raises:
+            TypeError: strict mode cannot express a parameter (an open ``dict``, ``Any``).
+        """
+        return strict_schema(_object(self.parameters))
+
     def to_openai(self) -> dict[str, Any]:
-        """The Chat Completions ``tools`` entry."""
-        return {"type": "function", "function": self._function()}
+        """The Chat Completions ``tools`` entry (``"strict": true`` for a strict tool)."""
+        function = self._function()
+        if self.strict:
+            function["strict"] = True
+        return {"type": "function", "function": function}
 
     def _function(self) -> dict[str, Any]:
         """The function definition both OpenAI APIs use: name, description, parameters."""
         return {
             "name": self.name,
             "description": self.description,
-            "parameters": copy.deepcopy(self.parameters),  # the caller's to change
+            "parameters": self.strict_parameters if self.strict else _object(self.parameters),
         }
 
     def to_anthropic(self) -> dict[str, Any]:
@@ -183,16 +210,17 @@ class Tool:
         return {
             "name": self.name,
             "description": self.description,
-            "input_schema": copy.deepcopy(self.parameters),
+            "input_schema": _object(self.parameters),
         }
 
     def to_responses(self) -> dict[str, Any]:
         """The OpenAI Responses API ``tools`` entry.
 
-        With ``"strict": False``: the API's default, strict mode, would rewrite
-        the schema (every parameter required, so a default never applies).
+        ``"strict"`` is the tool's: the API's default, strict mode, would
+        rewrite a schema not made for it (every parameter required, so a
+        default never applies).
         """
-        return {"type": "function", **self._function(), "strict": False}
+        return {"type": "function", **self._function(), "strict": self.strict}
 
     # ------------------------------------------------------------ calling
 
@@ -214,6 +242,8 @@ class Tool:
     def _bind(self, arguments: Any) -> tuple[list[Any], dict[str, Any]]:
         if not isinstance(arguments, Mapping):
             raise self._invalid(f"arguments must be a JSON object, got {show(arguments)}")
+        if self.strict:  # a null stands for an optional argument not given
+            arguments = without_nulls(self.parameters, arguments)
         kind = self.parameters.get("type", "object")
         if kind == "object" or (isinstance(kind, list) and "object" in kind):
             problems = check_object(self.parameters, arguments, "")  # every problem
@@ -288,6 +318,15 @@ class Tool:
         return ToolExecutionError(f"tool {self.name!r} raised {detail}", name=self.name)
 
 
+def _object(schema: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of ``schema`` (the caller's to change), as an object schema even if it
+    says nothing (``{}``: Anthropic refuses an ``input_schema`` with no ``type``)."""
+    sent = copy.deepcopy(dict(schema))
+    if not sent:
+        sent = {"type": "object", "properties": {}}
+    return sent
+
+
 def _drop_outcome(task: asyncio.Future[Any]) -> None:
     """Retrieve a timed-out call's late outcome, so that asyncio does not log it as lost."""
     if not task.cancelled():
@@ -307,8 +346,7 @@ def _make_tool(
     fn: Callable[..., Any],
     name: str | None,
     description: str | None,
-    requires_approval: bool,
-    timeout: float | None,
+    **options: Any,
 ) -> Tool:
     described = fn  # what has the name and docstring: a partial's function
     while isinstance(described, functools.partial):
@@ -325,8 +363,7 @@ def _make_tool(
         summary if description is None else description,
         schema,
         fn,
-        requires_approval,
-        timeout,
+        **options,
         binder=binder,
         method=method,
     )
@@ -341,6 +378,7 @@ def tool(
     description: str | None = None,
     requires_approval: bool = False,
     timeout: float | None = None,
+    strict: bool = False,
 ) -> Tool: ...
 
 
@@ -351,6 +389,7 @@ def tool(
     description: str | None = None,
     requires_approval: bool = False,
     timeout: float | None = None,
+    strict: bool = False,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
@@ -362,6 +401,7 @@ def tool(
     description: str | None = None,
     requires_approval: bool = False,
     timeout: float | None = None,
+    strict: bool = False,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Make a :class:`Tool` of a sync or async function; use bare or with options.
 
@@ -370,13 +410,16 @@ def tool(
             or a callable object.
         name: The tool's name; the function's name by default (a partial's
             function's, a callable object's class's).
-        description: Overrides the docstring's first paragraph.
+        description: Overrides the docstring's description.
         requires_approval: Ask the approver before each call.
         timeout: Seconds a call may take.
+        strict: Ask OpenAI for arguments that always fit the schema
+            (:attr:`Tool.strict_parameters` is sent; Anthropic gets the
+            schema as it is).
 
     Raises:
-        TypeError: a parameter's type hint has no JSON schema, or the
-            function takes ``*args`` / ``**kwargs``.
+        TypeError: a parameter's type hint has no JSON schema (or none in
+            strict mode), or the function takes ``*args`` / ``**kwargs``.
 
     Example:
         >>> @tool(requires_approval=True, timeout=5)
@@ -409,9 +452,10 @@ def tool(
         >>> list(counter.add.parameters["properties"]), asyncio.run(counter.add.invoke({"n": 2}))
         (['n'], 2)
     """
+    options = {"requires_approval": requires_approval, "timeout": timeout, "strict": strict}
     if fn is not None:
-        return _make_tool(fn, name, description, requires_approval, timeout)
-    return lambda f: _make_tool(f, name, description, requires_approval, timeout)
+        return _make_tool(fn, name, description, **options)
+    return lambda f: _make_tool(f, name, description, **options)
 
 
 def as_tool(value: Tool | Callable[..., Any]) -> Tool:

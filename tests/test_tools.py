@@ -116,7 +116,7 @@ def test_attrs_class_becomes_an_object_schema_with_field_docs_and_required_field
         "properties": {
             "x": {"type": "number", "description": "Longitude."},
             "y": {"type": "number", "description": "Latitude."},
-            "label": {"type": "string"},
+            "label": {"type": "string", "default": ""},
         },
         "required": ["x", "y"],
         "additionalProperties": False,
@@ -142,7 +142,7 @@ def test_function_schema_description_and_defaults() -> None:
         """Search the catalogue
         for products.
 
-        The second paragraph is not part of the description.
+        A second paragraph is part of the description too.
 
         Args:
             query (str): What to look for; may span
@@ -155,7 +155,9 @@ def test_function_schema_description_and_defaults() -> None:
         return ""
 
     assert search.name == "search"
-    assert search.description == "Search the catalogue for products."
+    assert search.description == (
+        "Search the catalogue for products.\n\nA second paragraph is part of the description too."
+    )
     assert search.parameters["type"] == "object"
     assert search.parameters["additionalProperties"] is False
     assert search.parameters["required"] == ["query"]

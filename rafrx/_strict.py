@@ -1,0 +1,104 @@
+"""OpenAI's strict mode for tool schemas (``"strict": true``: arguments always fit).
+
+Strict mode takes a subset of JSON Schema: every object lists all its
+properties in ``required`` and sets ``additionalProperties: false``, and
+every schema says what it accepts. :func:`strict_schema` rewrites a tool's
+schema that way: an optional property becomes required but nullable (a
+``null`` then stands for "not given", see :func:`without_nulls`), and
+defaults are left out. What strict mode cannot say (an open ``dict``, any
+value) is a ``TypeError`` naming the parameter.
+
+Example:
+    >>> schema = {"type": "object", "properties": {"a": {"type": "string"},
+    ...     "n": {"type": "integer", "default": 3}}, "required": ["a"]}
+    >>> strict_schema(schema)
+    {'type': 'object', 'properties': {'a': {'type': 'string'}, 'n': {'type': ['integer', 'null']}}, 'required': ['a', 'n'], 'additionalProperties': False}
+    >>> without_nulls(schema, {"a": "x", "n": None})
+    {'a': 'x'}
+"""  # noqa: E501
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from rafrx._schema_check import check
+
+__all__ = ["strict_schema", "without_nulls"]
+
+_SCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
+
+
+def strict_schema(schema: Mapping[str, Any]) -> dict[str, Any]:
+    """The strict-mode form of a tool's (object) schema.
+
+    Raises:
+        TypeError: a part of it has no strict form; the message names the parameter.
+    """
+    strict = _strict(schema, "")
+    assert isinstance(strict, dict)
+    return strict
+
+
+def without_nulls(schema: Mapping[str, Any] | bool, value: Any) -> Any:
+    """``value`` without the ``null``s that strict mode's nullable stand-ins for optional
+    properties let through (so that their defaults apply), at any depth."""
+    if not isinstance(schema, Mapping):
+        return value
+    if isinstance(value, Mapping):
+        properties = schema.get("properties", {})
+        required = set(schema.get("required", ()))
+        return {
+            key: without_nulls(properties.get(key, True), item)
+            for key, item in value.items()
+            if not (item is None and key in properties and key not in required)
+            or check(properties[key], None, "") is None  # null is a value it takes
+        }
+    if isinstance(value, list):
+        return [without_nulls(schema.get("items", True), item) for item in value]
+    return value
+
+
+def _strict(node: Any, path: str) -> Any:
+    if node is True or node == {}:
+        raise _inexpressible(path, "it takes any value, and strict mode needs a type")
+    if not isinstance(node, Mapping):
+        return node  # False
+    out = {key: value for key, value in node.items() if key != "default"}
+    for key in _SCHEMA_LISTS:
+        if key in out:
+            out[key] = [_strict(part, path) for part in out[key]]
+    if "items" in out and out["items"] is not False:
+        out["items"] = _strict(out["items"], f"{path}[]")
+    kinds = out.get("type")
+    if kinds == "object" or "properties" in out or (isinstance(kinds, list) and "object" in kinds):
+        if out.get("additionalProperties", False) is not False:
+            raise _inexpressible(path, "strict mode allows no open objects (dict[str, ...])")
+        required = set(out.get("required", ()))
+        properties = {}
+        for name, sub in out.get("properties", {}).items():
+            where = f"{path}.{name}" if path else name
+            strict = _strict(sub, where)
+            properties[name] = strict if name in required else _nullable(strict)
+        out["properties"] = properties
+        out["required"] = list(properties)
+        out["additionalProperties"] = False
+    return out
+
+
+def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
+    if check(schema, None, "") is None:
+        return schema  # takes null already
+    kind = schema.get("type")
+    if isinstance(kind, str) and "enum" not in schema and "const" not in schema:
+        return {**schema, "type": [kind, "null"]}
+    if isinstance(kind, list) and "enum" not in schema and "const" not in schema:
+        return {**schema, "type": [*kind, "null"]}
+    described = {k: schema[k] for k in ("description",) if k in schema}
+    inner = {k: v for k, v in schema.items() if k != "description"}
+    return {"anyOf": [inner, {"type": "null"}], **described}
+
+
+def _inexpressible(path: str, why: str) -> TypeError:
+    where = f"parameter {path!r}" if path else "the parameters"
+    return TypeError(f"strict mode cannot express {where}: {why}")
