@@ -43,6 +43,45 @@ SECRET_HEADERS: Final = frozenset(
         "openai-project",
     }
 )
+# Words of a header name that make it a credential (``cf-aig-authorization``,
+# ``ocp-apim-subscription-key``, ``helicone-auth``, ``x-session-token`` …);
+# ``x-ratelimit-remaining-tokens`` is no credential.
+_SECRET_HEADER_WORDS: Final = frozenset(
+    {
+        "apikey",
+        "auth",
+        "authentication",
+        "authorization",
+        "cookie",
+        "credential",
+        "credentials",
+        "key",
+        "passwd",
+        "password",
+        "secret",
+        "session",
+        "signature",
+        "token",
+    }
+)
+
+
+def is_secret_header(name: str) -> bool:
+    """Whether a header's value is a credential: a known name, or one with a word
+    such as ``auth``, ``key``, ``token`` or ``secret``.
+
+    Example:
+        >>> [is_secret_header(n) for n in ("cf-aig-authorization", "X-Api-Key", "X-Title")]
+        [True, True, False]
+        >>> is_secret_header("x-ratelimit-remaining-tokens")
+        False
+    """
+    lower = name.lower()
+    return lower in SECRET_HEADERS or not _SECRET_HEADER_WORDS.isdisjoint(
+        re.split(r"[-_. ]", lower)
+    )
+
+
 _SECRET_ENV: Final = re.compile(r"(API_KEY|_TOKEN|_SECRET|PASSWORD|APIKEY)$", re.IGNORECASE)
 # Where a key may begin: not right after an ASCII letter, digit or "_" (``\b``
 # would count CJK text, or a latin-1 reading of UTF-8 bytes, as word characters).
@@ -194,8 +233,7 @@ def redact_headers(headers: Mapping[str, str], secrets: Iterable[str] = ()) -> d
     """
     secrets = tuple(secrets)
     return {
-        k: REDACTED if k.lower() in SECRET_HEADERS else redact(str(v), secrets)
-        for k, v in headers.items()
+        k: REDACTED if is_secret_header(k) else redact(str(v), secrets) for k, v in headers.items()
     }
 
 

@@ -59,6 +59,7 @@ from rafrx._redaction import (
     DeltaRedactor,
     Settled,
     env_secrets,
+    is_secret_header,
     mask_bytes,
     redact,
     redact_cut_short,
@@ -599,7 +600,7 @@ async def record_http(
     secrets = tuple(
         v.split(" ", 1)[-1]
         for k, v in request_headers.items()
-        if k.lower() in SECRET_HEADERS and len(v.split(" ", 1)[-1]) >= 4
+        if is_secret_header(k) and len(v.split(" ", 1)[-1]) >= 4
     )
     secrets = (*secrets, *url_secrets(url))  # a password, ?key=…: never written
     meta: dict[str, Any] = {

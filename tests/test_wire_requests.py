@@ -831,3 +831,46 @@ async def test_a_strict_flag_of_the_tools_own_definition_is_kept(llm_server: LLM
         llm_server.enqueue(Reply(text="ok"))
         await client_text(chat, {"type": "function", "function": plain})
     assert "strict" not in llm_server.requests[-1].json["tools"][0]["function"]  # chat: unset
+
+
+@pytest.mark.asyncio
+async def test_a_strict_tool_is_sent_strict_to_openai_and_as_written_to_anthropic(
+    llm_server: LLMServer,
+) -> None:
+    """``@tool(strict=True)``: both OpenAI APIs get the strict schema and flag (what
+    ``openai.pydantic_function_tool`` sends), Anthropic the schema as written."""
+
+    @tool(strict=True)
+    def forecast(city: str, days: int = 1) -> str:
+        """Forecast for a city."""
+        return city
+
+    strict = {
+        "type": "object",
+        "properties": {"city": {"type": "string"}, "days": {"type": ["integer", "null"]}},
+        "required": ["city", "days"],
+        "additionalProperties": False,
+    }
+    clients = (
+        OpenAIChatClient(llm_server.url, "sk-t", "m"),
+        OpenAIResponsesClient(llm_server.url, "sk-t", "m"),
+        AnthropicClient(llm_server.url, "sk-t", "m"),
+    )
+    for client in clients:
+        llm_server.enqueue(Reply(text="ok"))
+        async with client:
+            await client_text(client, forecast)
+    chat, responses, anthropic = (r.json["tools"][0] for r in llm_server.requests)
+    assert chat == {
+        "type": "function",
+        "function": {
+            "name": "forecast",
+            "description": "Forecast for a city.",
+            "parameters": strict,
+            "strict": True,
+        },
+    }
+    assert responses == {"type": "function", **chat["function"]}
+    assert anthropic["input_schema"] == forecast.parameters
+    assert anthropic["input_schema"]["required"] == ["city"]
+    assert "strict" not in anthropic

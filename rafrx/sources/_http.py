@@ -377,8 +377,11 @@ class SessionPool:
     when ``asyncio.run`` ends the loop.
     """
 
-    def __init__(self, session: aiohttp.ClientSession | None = None) -> None:
+    def __init__(
+        self, session: aiohttp.ClientSession | None = None, *, trust_env: bool = False
+    ) -> None:
         self._given = session
+        self._trust_env = trust_env
         self._owned: dict[asyncio.AbstractEventLoop, tuple[aiohttp.ClientSession, Any]] = {}
         self._calls: set[_StreamCall] = set()
 
@@ -396,6 +399,7 @@ class SessionPool:
         session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=0),
             timeout=aiohttp.ClientTimeout(total=None),
+            trust_env=self._trust_env,
         )
         keeper = _keep_open(session)
         self._owned[loop] = (session, keeper)

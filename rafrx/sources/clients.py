@@ -6,10 +6,12 @@ the running event loop) and disposing it closes the connection. Errors are
 typed (:mod:`rafrx.errors`, see :mod:`rafrx.sources._http`); the API key never
 appears in a repr, an error or a log.
 
-``base_url`` is the server's root (``https://api.openai.com``, the endpoint's
-``/v1/...`` is added) or an API prefix ending in a path
-(``https://openrouter.ai/api/v1``, ``http://localhost:11434/v1``: only
-``chat/completions`` / ``messages`` / ``responses`` is added).
+``base_url`` is what the provider's SDK takes: the server's root
+(``https://api.openai.com``, the endpoint's ``/v1/...`` is added) or an API
+prefix ending in a path (``https://openrouter.ai/api/v1``,
+``http://localhost:11434/v1``: only ``chat/completions`` or ``responses`` is
+added). For Anthropic, as in its SDK, ``/v1/messages`` is added to a path
+that does not end in ``/v1`` (``https://api.deepseek.com/anthropic``).
 
 Example:
     >>> import asyncio
@@ -39,7 +41,7 @@ import aiohttp
 from reactivex import Observable
 from yarl import URL
 
-from rafrx._redaction import SECRET_HEADERS, url_secrets
+from rafrx._redaction import is_secret_header, url_secrets
 from rafrx.messages import (
     CUSTOM_TOOL_CALL_REF,
     FUNCTION_CALL_REF,
@@ -63,6 +65,7 @@ from rafrx.sources._http import (
     stream_updates,
 )
 from rafrx.sse import DEFAULT_MAX_EVENT_BYTES, DEFAULT_MAX_LINE_BYTES
+from rafrx.tools import Tool
 from rafrx.updates import AgentResponseUpdate
 
 __all__ = [
@@ -329,12 +332,19 @@ class LLMClient(abc.ABC):
         headers: More request headers.
         max_line_bytes: Longest SSE line accepted (past it: ``LimitExceeded``).
         max_event_bytes: Largest SSE event accepted (past it: ``LimitExceeded``).
+        trust_env: Let the client's own session take its proxy (``HTTP_PROXY``,
+            ``HTTPS_PROXY``, ``NO_PROXY``) and ``.netrc`` credentials from the
+            environment. Off by default, as in aiohttp: a proxy set for the
+            internet would otherwise also carry requests to local servers.
         **params: More body fields (``temperature``, ``reasoning_effort`` …).
     """
 
     dialect: ClassVar[str]
     endpoint: ClassVar[str]
     default_model: ClassVar[str]
+    versioned_prefix: ClassVar[bool] = False
+    """Whether ``/v1`` is added to a ``base_url`` path that lacks it (Anthropic's SDK
+    does; OpenAI's base URLs hold their version)."""
 
     def __init__(
         self,
@@ -348,6 +358,7 @@ class LLMClient(abc.ABC):
         headers: Mapping[str, str] | None = None,
         max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
         max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
+        trust_env: bool = False,
         **params: Any,
     ) -> None:
         self.base_url = base_url
@@ -359,8 +370,8 @@ class LLMClient(abc.ABC):
         self.params = dict(params)
         self._api_key = _Secret(api_key) if api_key else None  # ("": none, as openai-python)
         self._extra_headers = dict(headers or {})
-        self._sessions = SessionPool(session)
-        self.url = _endpoint(base_url, self.endpoint)
+        self._sessions = SessionPool(session, trust_env=trust_env)
+        self.url = _endpoint(base_url, self.endpoint, versioned_prefix=self.versioned_prefix)
 
     def __repr__(self) -> str:
         key = "None" if self._api_key is None else "***"
@@ -473,7 +484,8 @@ class LLMClient(abc.ABC):
 
 
 def _header_secrets(headers: Mapping[str, str]) -> tuple[str, ...]:
-    """The credentials among user-given headers (``api-key``, ``Authorization`` ...):
+    """The credentials among user-given headers (``api-key``, ``Authorization``,
+    ``cf-aig-authorization`` ...: see :func:`~rafrx._redaction.is_secret_header`):
     each value, and its token alone when it has a scheme (``Bearer <token>``).
 
     Example:
@@ -482,7 +494,7 @@ def _header_secrets(headers: Mapping[str, str]) -> tuple[str, ...]:
     """
     secrets: list[str] = []
     for name, value in headers.items():
-        if name.lower() in SECRET_HEADERS and value:
+        if is_secret_header(name) and value:
             secrets += [value, value.partition(" ")[2]]
     return tuple(secret for secret in dict.fromkeys(secrets) if secret)
 
@@ -500,12 +512,23 @@ def _shown_url(base_url: str) -> str:
     return masked_url(url) if url.query_string or url.password else base_url
 
 
-def _endpoint(base_url: str, endpoint: str) -> URL:
+def _endpoint(base_url: str, endpoint: str, *, versioned_prefix: bool = False) -> URL:
+    """The endpoint's URL: ``/v1/<endpoint>`` on a server root; on a path, the path
+    is the API prefix, to which ``/v1`` is added first if ``versioned_prefix``
+    and it does not end in it (the Anthropic SDK's rule).
+
+    Example:
+        >>> str(_endpoint("https://api.deepseek.com/anthropic", "messages", versioned_prefix=True))
+        'https://api.deepseek.com/anthropic/v1/messages'
+        >>> str(_endpoint("https://openrouter.ai/api/v1", "chat/completions"))
+        'https://openrouter.ai/api/v1/chat/completions'
+    """
     url = URL(base_url)
     if not url.is_absolute():
         raise ValueError(f"base_url must be an absolute URL, got {base_url!r}")
-    path = url.path.rstrip("/")
-    prefix = path if path else "/v1"
+    prefix = url.path.rstrip("/")
+    if not prefix or (versioned_prefix and not prefix.endswith("/v1")):
+        prefix += "/v1"
     return url.with_path(f"{prefix}/{endpoint}", keep_query=True)
 
 
@@ -562,7 +585,9 @@ class OpenAIChatClient(LLMClient):
         }
         if tools:
             payload["tools"] = [
-                {"type": "function", "function": _function(*tool_schema(t), _strict(t))}
+                t.to_openai()
+                if isinstance(t, Tool)
+                else {"type": "function", "function": _function(*tool_schema(t), _strict(t))}
                 for t in tools
             ]
         return payload
@@ -586,6 +611,11 @@ def _function(
     return out if strict is None else {**out, "strict": strict}
 
 
+def _anthropic(tool: ToolLike) -> dict[str, Any]:
+    name, description, parameters = tool_schema(tool)
+    return {"name": name, "description": description, "input_schema": parameters}
+
+
 class AnthropicClient(LLMClient):
     """Anthropic Messages (``x-api-key`` and ``anthropic-version`` headers).
 
@@ -596,6 +626,7 @@ class AnthropicClient(LLMClient):
 
     dialect = "anthropic"
     endpoint = "messages"
+    versioned_prefix = True
     default_model = "claude-sonnet-4-5"
 
     def __init__(
@@ -628,8 +659,7 @@ class AnthropicClient(LLMClient):
             payload["system"] = system
         if tools:
             payload["tools"] = [
-                {"name": name, "description": description, "input_schema": parameters}
-                for name, description, parameters in map(tool_schema, tools)
+                t.to_anthropic() if isinstance(t, Tool) else _anthropic(t) for t in tools
             ]
         return payload
 
@@ -660,7 +690,9 @@ class OpenAIResponsesClient(LLMClient):
             # "strict": False unless the tool says otherwise: the Responses API's default,
             # strict mode, rewrites the schema (every parameter required).
             payload["tools"] = [
-                {"type": "function", **_function(*tool_schema(t), _strict(t) or False)}
+                t.to_responses()
+                if isinstance(t, Tool)
+                else {"type": "function", **_function(*tool_schema(t), _strict(t) or False)}
                 for t in tools
             ]
         return payload

@@ -18,6 +18,7 @@ from typing import Any, final
 import attrs
 from multidict import CIMultiDict, CIMultiDictProxy, MultiDict, MultiDictProxy
 
+from rafrx._redaction import is_secret_header
 from rafrx.recorder import SECRET_HEADERS
 from rafrx.testing._render import WIRE_FORMATS, WireFormat
 
@@ -51,7 +52,7 @@ def redact_headers(headers: Mapping[str, str] | Iterable[tuple[str, str]]) -> CI
     out: CIMultiDict[str] = CIMultiDict()
     for name, value in items:
         lower = name.lower()
-        if lower in SECRET_HEADERS:
+        if is_secret_header(name):
             scheme, sep, _ = value.partition(" ")
             keep_scheme = sep and lower.endswith("authorization")
             value = f"{scheme} {REDACTED}" if keep_scheme else REDACTED
