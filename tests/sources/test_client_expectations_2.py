@@ -11,21 +11,14 @@ a proxy reaches.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import aiohttp
-import attrs
 import pytest
 from aiohttp import web
-from multidict import CIMultiDict
 
-from rafrx import ChatMessage, collect_agent_response, convert
-from rafrx.errors import HTTPStatusError, ProviderError, RafrxError, TransportError
-from rafrx.response import AgentResponse
+from rafrx.errors import HTTPStatusError, ProviderError, TransportError
 from rafrx.sources.clients import (
     AnthropicClient,
     LLMClient,
@@ -33,10 +26,9 @@ from rafrx.sources.clients import (
     OpenAIResponsesClient,
     Timeouts,
 )
-from rafrx.testing import LLMServer, Reply, render, render_events
+from rafrx.testing import LLMServer, Reply, render_events
+from tests.sources._raw_server import KEY, ask, raw_server, sse
 
-USER = [ChatMessage.user("Hi")]
-KEY = "sk-test-0123456789abcdefghijklmnop"
 #: Short enough that a connection test that goes wrong fails fast instead of hanging.
 FAST = Timeouts(connect=2.0, first_byte=5.0, idle=5.0)
 #: A host that never resolves (RFC 6761): only a proxy can answer for it.
@@ -53,73 +45,6 @@ ENDPOINTS = {
     AnthropicClient: "/v1/messages",
     OpenAIResponsesClient: "/v1/responses",
 }
-
-
-@attrs.define
-class Seen:
-    """One request a :func:`raw_server` received."""
-
-    method: str
-    target: str  # the request target as sent (absolute-form through a proxy)
-    path: str
-    query: dict[str, str]
-    headers: CIMultiDict[str]
-    body: Any
-
-
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-
-
-def sse(text: str = "ok", fmt: Any = "openai-chat") -> Handler:
-    """A handler answering every request with ``text`` streamed in ``fmt``."""
-
-    async def handle(request: web.Request) -> web.StreamResponse:
-        return web.Response(body=render(Reply(text=text), fmt), content_type="text/event-stream")
-
-    return handle
-
-
-@contextlib.asynccontextmanager
-async def raw_server(handler: Handler) -> AsyncIterator[tuple[str, list[Seen]]]:
-    """An aiohttp server on 127.0.0.1 that records each request (any method, any
-    path), then lets ``handler`` answer it; yields its root URL and the records."""
-    seen: list[Seen] = []
-
-    async def record(request: web.Request) -> web.StreamResponse:
-        raw = await request.read()
-        seen.append(
-            Seen(
-                request.method,
-                request.raw_path,
-                request.path,
-                dict(request.query),
-                CIMultiDict(request.headers),
-                json.loads(raw) if raw else None,
-            )
-        )
-        return await handler(request)
-
-    app = web.Application()
-    app.router.add_route("*", "/{tail:.*}", record)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = runner.addresses[0][1]
-    try:
-        yield f"http://127.0.0.1:{port}", seen
-    finally:
-        await runner.cleanup()
-
-
-async def ask(client: LLMClient, **params: Any) -> tuple[AgentResponse | None, RafrxError | None]:
-    """One call through ``client``: its response, or the error it ended with."""
-    try:
-        async with asyncio.timeout(10):  # against hangs only
-            updates = client.stream(USER, **params).pipe(convert())
-            return await collect_agent_response(updates), None
-    except RafrxError as err:
-        return None, err
 
 
 def texts_of(err: BaseException) -> str:
