@@ -57,40 +57,6 @@ def run(t: Tool, arguments: Any) -> Any:
     return asyncio.run(t.invoke(arguments))
 
 
-def openai_strict_problems(schema: Any, path: str = "$") -> list[str]:
-    """Every way ``schema`` breaks OpenAI strict mode's object rules.
-
-    Strict mode (Structured Outputs / ``"strict": true`` function calling):
-    every object sets ``additionalProperties: false`` and lists *every*
-    property in ``required``; an optional field is expressed as nullable.
-    """
-    problems: list[str] = []
-    if isinstance(schema, dict):
-        if schema.get("type") == "object" or "properties" in schema:
-            if schema.get("additionalProperties") is not False:
-                problems.append(f"{path}: additionalProperties must be false")
-            missing = set(schema.get("properties", {})) - set(schema.get("required", []))
-            if missing:
-                problems.append(f"{path}: not required: {sorted(missing)}")
-        for key, value in schema.items():
-            if key in ("properties", "$defs"):
-                for name, sub in value.items():
-                    problems += openai_strict_problems(sub, f"{path}.{name}")
-            elif isinstance(value, dict | list):
-                problems += openai_strict_problems(value, f"{path}.{key}")
-    elif isinstance(schema, list):
-        for i, sub in enumerate(schema):
-            problems += openai_strict_problems(sub, f"{path}[{i}]")
-    return problems
-
-
-def nullable(schema: dict[str, Any]) -> bool:
-    kind = schema.get("type")
-    if kind == "null" or (isinstance(kind, list) and "null" in kind):
-        return True
-    return any(nullable(s) for s in schema.get("anyOf", ()))
-
-
 # ---------------------------------------------------------------- what works
 
 

@@ -8,7 +8,6 @@ and Anthropic ``input_schema``. Schemas are checked against the ``jsonschema``
 reference (Draft 2020-12).
 """
 
-import asyncio
 import dataclasses
 import datetime
 import enum
@@ -23,6 +22,7 @@ from typing_extensions import TypedDict  # pydantic wants it on Python < 3.12
 
 from rafrx.errors import InvalidToolArguments
 from rafrx.tools import Tool, format_result, tool
+from tests.test_tools_expectations import run
 
 Validator = jsonschema.Draft202012Validator
 
@@ -30,10 +30,6 @@ Validator = jsonschema.Draft202012Validator
 class Unit(enum.Enum):
     C = "celsius"
     F = "fahrenheit"
-
-
-def run(t: Tool, arguments: Any) -> Any:
-    return asyncio.run(t.invoke(arguments))
 
 
 def accepts(t: Tool, arguments: Any) -> bool:
