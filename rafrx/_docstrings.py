@@ -95,6 +95,9 @@ _SECTIONS = _ARGS_SECTIONS | {  # the other sections Napoleon knows
 }
 _NUMPY_SECTIONS = frozenset({"parameters", "other parameters", "keyword arguments", "attributes"})
 _HEADER = re.compile(r"^([A-Za-z][A-Za-z ]*):\s*$")
+# What ends a description: a Sphinx field (``:param x:``, not the role ``:func:`f```),
+# a doctest or a reST directive.
+_FIELD = re.compile(r"^(?::[^:`\s][^:`]*:(?!`)|>>>|\.\. )")
 _UNDERLINE = re.compile(r"^\s*-{3,}\s*$")
 # ``:param name: text`` and ``:param type name: text`` (``arg``, ``key`` … too)
 _SPHINX_PARAM = re.compile(
@@ -149,7 +152,7 @@ def _description(lines: list[str]) -> str:
     paragraphs: list[list[str]] = [[]]
     for i, line in enumerate(lines):
         text = line.strip()
-        if _section(line) or _numpy_section(lines, i) or text.startswith((":", ">>>", ".. ")):
+        if _section(line) or _numpy_section(lines, i) or _FIELD.match(text):
             break
         if text:
             paragraphs[-1].append(text)

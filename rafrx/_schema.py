@@ -29,10 +29,14 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import decimal
 import enum
 import functools
 import inspect
 import json
+import math
+import numbers
+import re
 import types
 import typing
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -41,7 +45,7 @@ from typing import Annotated, Any, Literal, TypeAlias, Union
 import attrs
 
 from rafrx._docstrings import parse_docstring
-from rafrx._pydantic import field_default, field_info, is_model, model_schema
+from rafrx._pydantic import field_info, is_pydantic_class, pydantic_schema
 from rafrx._schema_check import check, json_equal, json_type, show
 
 __all__ = ["Binder", "ConversionError", "Converter", "function_schema", "type_schema"]
@@ -114,6 +118,8 @@ def type_schema(hint: Any, seen: tuple[type, ...] = ()) -> tuple[dict[str, Any],
     if hint is datetime.date:
         return {"type": "string", "format": "date"}, datetime.date.fromisoformat
     if origin is Union or origin is types.UnionType:
+        if any(isinstance(a, type) and is_pydantic_class(a) for a in args):
+            return pydantic_schema(hint)  # pydantic picks the member that fits best
         return _union_schema(args, seen)
     if origin is Literal:
         return _choices_schema(args)
@@ -131,9 +137,8 @@ def type_schema(hint: Any, seen: tuple[type, ...] = ()) -> tuple[dict[str, Any],
         schema = {"type": "object", "additionalProperties": value_schema}
         return schema, lambda v: {k: value(x) for k, x in v.items()}
     if isinstance(hint, type):
-        if is_model(hint):
-            model: Any = hint
-            return model_schema(model, seen), model.model_validate
+        if is_pydantic_class(hint):
+            return pydantic_schema(hint)
         if attrs.has(hint) or dataclasses.is_dataclass(hint) or _is_typeddict(hint):
             return _class_schema(hint, seen)
     raise TypeError(f"unsupported type in a tool schema: {hint!r}")
@@ -180,12 +185,14 @@ def function_schema(fn: Callable[..., Any], docs: Mapping[str, str]) -> tuple[An
             field = field_info(param.default)
             if field is not None:  # ``= Field(default=..., description=...)``
                 hint = Annotated[hint, field]
-                if not field.is_required():
-                    filled[param.name] = functools.partial(
-                        field.get_default, call_default_factory=True
-                    )
-                default = _REQUIRED if field.is_required() else field_default(field)
             elif param.default is param.empty:
+                field = _annotated_default(hint)  # ``Annotated[int, Field(default=3)]``
+            if field is not None and not field.is_required():
+                filled[param.name] = functools.partial(field.get_default, call_default_factory=True)
+                default = (
+                    _NO_DEFAULT if field.default_factory else _json_default_value(field.default)
+                )
+            elif field is not None or param.default is param.empty:
                 default = _REQUIRED
             else:
                 default = _json_default_value(param.default)
@@ -213,6 +220,16 @@ def function_schema(fn: Callable[..., Any], docs: Mapping[str, str]) -> tuple[An
         return args, values
 
     return schema, bind
+
+
+def _annotated_default(hint: Any) -> Any:
+    """The pydantic ``Field()`` in an ``Annotated`` hint's metadata that has a default."""
+    if typing.get_origin(hint) is Annotated:
+        for item in typing.get_args(hint)[1:]:
+            field = field_info(item)
+            if field is not None and not field.is_required():
+                return field
+    return None
 
 
 def _hinted(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -315,48 +332,71 @@ def _fields(cls: type, hints: Mapping[str, Any]) -> Iterator[tuple[str, Any, Any
                     default = _json_default_value(default)
                 yield field.alias or field.name, hints.get(field.name, Any), default
     elif dataclasses.is_dataclass(cls):
-        for item in dataclasses.fields(cls):
-            if item.init:
-                if item.default is not dataclasses.MISSING:
-                    default = _json_default_value(item.default)
-                else:
-                    missing = item.default_factory is dataclasses.MISSING
-                    default = _REQUIRED if missing else _NO_DEFAULT
-                yield item.name, hints.get(item.name, Any), default
-    else:  # a TypedDict: Required[...] and NotRequired[...] are in __required_keys__
-        required = cls.__required_keys__  # type: ignore[attr-defined]
-        for name, hint in hints.items():
-            while _qualifier(hint) in ("Required", "NotRequired"):
-                hint = typing.get_args(hint)[0]
-            yield name, hint, _REQUIRED if name in required else _NO_DEFAULT
+        yield from _dataclass_fields(cls, hints)
+    else:
+        yield from _typeddict_keys(cls, hints)
 
 
-# Constraint attributes of ``Annotated`` metadata (annotated_types, pydantic's Field),
-# and the JSON Schema keywords they are, for strings and arrays where they differ.
-_CONSTRAINTS: dict[str, tuple[str, str]] = {
-    "gt": ("exclusiveMinimum", "exclusiveMinimum"),
-    "ge": ("minimum", "minimum"),
-    "lt": ("exclusiveMaximum", "exclusiveMaximum"),
-    "le": ("maximum", "maximum"),
-    "multiple_of": ("multipleOf", "multipleOf"),
-    "min_length": ("minLength", "minItems"),
-    "max_length": ("maxLength", "maxItems"),
-    "pattern": ("pattern", "pattern"),
+def _dataclass_fields(cls: type, hints: Mapping[str, Any]) -> Iterator[tuple[str, Any, Any]]:
+    """A dataclass's ``__init__`` parameters: its fields, and its ``InitVar``s."""
+    regular = {item.name for item in dataclasses.fields(cls)}
+    every: Mapping[str, dataclasses.Field[Any]] = cls.__dataclass_fields__  # type: ignore[attr-defined]
+    for item in every.values():
+        hint = hints.get(item.name, Any)
+        if not item.init or not (item.name in regular or isinstance(hint, dataclasses.InitVar)):
+            continue  # a ClassVar, or not an __init__ parameter
+        if isinstance(hint, dataclasses.InitVar):
+            hint = hint.type
+        if item.default is not dataclasses.MISSING:
+            default = _json_default_value(item.default)
+        else:
+            default = _REQUIRED if item.default_factory is dataclasses.MISSING else _NO_DEFAULT
+        yield item.name, hint, default
+
+
+def _typeddict_keys(cls: type, hints: Mapping[str, Any]) -> Iterator[tuple[str, Any, Any]]:
+    """A ``TypedDict``'s keys; ``Required[...]``/``NotRequired[...]`` say what
+    ``__required_keys__`` cannot under ``from __future__ import annotations`` before 3.12."""
+    required_keys = cls.__required_keys__  # type: ignore[attr-defined]
+    for name, hint in hints.items():
+        required = name in required_keys
+        while (qualifier := _qualifier(hint)) in ("Required", "NotRequired", "ReadOnly"):
+            required = {"Required": True, "NotRequired": False}.get(qualifier, required)
+            hint = typing.get_args(hint)[0]
+        yield name, hint, _REQUIRED if required else _NO_DEFAULT
+
+
+# Bound attributes of ``Annotated`` metadata (annotated_types, pydantic's Field) and
+# their JSON Schema keywords; lengths are in ``_LENGTHS``, for each type.
+_BOUNDS = {
+    "gt": "exclusiveMinimum",
+    "ge": "minimum",
+    "lt": "exclusiveMaximum",
+    "le": "maximum",
+    "multiple_of": "multipleOf",
+}
+_LENGTHS = {
+    "string": ("minLength", "maxLength"),
+    "array": ("minItems", "maxItems"),
+    "object": ("minProperties", "maxProperties"),
 }
 
 
 def _annotated(schema: dict[str, Any], metadata: Iterable[Any]) -> dict[str, Any]:
     """``schema`` with what ``Annotated`` metadata says: a string is the description;
     a pydantic ``Field`` gives its description and constraints, as do
-    annotated_types' ``Ge``, ``MaxLen``, ``Interval`` … (anything else is ignored).
+    annotated_types' ``Ge``, ``MaxLen``, ``Interval`` … (anything else, and a
+    bound with no JSON number, such as a date, is left out, as pydantic does).
 
     Example:
         >>> import annotated_types
         >>> _annotated({"type": "integer"}, ["How many.", annotated_types.Interval(ge=1, lt=9)])
         {'type': 'integer', 'description': 'How many.', 'minimum': 1, 'exclusiveMaximum': 9}
-    """
+        >>> _annotated({"anyOf": [{"type": "array"}, {"type": "null"}]}, [annotated_types.MaxLen(2)])
+        {'anyOf': [{'type': 'array'}, {'type': 'null'}], 'maxItems': 2}
+    """  # noqa: E501
     extra: dict[str, Any] = {}
-    array = schema.get("type") == "array"
+    sized = [kind for kind in _LENGTHS if kind in _types(schema)] or ["string"]
     for item in metadata:
         if isinstance(item, str):
             extra.setdefault("description", item)
@@ -367,11 +407,44 @@ def _annotated(schema: dict[str, Any], metadata: Iterable[Any]) -> dict[str, Any
                 extra["description"] = field.description
             extra.update(_annotated(schema, field.metadata))
             continue
-        for name, (keyword, array_keyword) in _CONSTRAINTS.items():
-            value = getattr(item, name, None)
-            if value is not None and not callable(value):
-                extra[array_keyword if array else keyword] = value
+        for name, keyword in _BOUNDS.items():
+            bound = _json_number(getattr(item, name, None))
+            if bound is not None:
+                extra[keyword] = bound
+        for index, name in enumerate(("min_length", "max_length")):
+            length = getattr(item, name, None)
+            if isinstance(length, int) and not isinstance(length, bool):
+                extra.update((_LENGTHS[kind][index], length) for kind in sized)
+        pattern = getattr(item, "pattern", None)
+        if isinstance(pattern, re.Pattern):
+            pattern = pattern.pattern
+        if isinstance(pattern, str):
+            extra["pattern"] = pattern
     return {**schema, **extra}
+
+
+def _types(schema: Mapping[str, Any]) -> set[str]:
+    """The JSON types a schema names, in its ``type`` or its ``anyOf`` branches."""
+    kind = schema.get("type")
+    found = {kind} if isinstance(kind, str) else set(kind) if isinstance(kind, list) else set()
+    for branch in schema.get("anyOf", ()):
+        if isinstance(branch, Mapping):
+            found |= _types(branch)
+    return found
+
+
+def _json_number(value: Any) -> int | float | None:
+    """A bound as a JSON number (a ``Decimal`` or ``Fraction`` too); ``None`` if it is none."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real | decimal.Decimal):
+        return None
+    if isinstance(value, int):
+        return value
+    number = float(value)
+    if not math.isfinite(number):
+        return None
+    if isinstance(value, float) or not number.is_integer():
+        return number
+    return int(number)  # a whole Decimal or Fraction
 
 
 def _union_schema(args: tuple[Any, ...], seen: tuple[type, ...]) -> tuple[dict[str, Any], Any]:

@@ -25,7 +25,7 @@ Example:
 
 from __future__ import annotations
 
-import decimal
+import fractions
 import functools
 import json
 import operator
@@ -210,8 +210,8 @@ def _is_multiple(value: float, step: float) -> bool:
     if isinstance(value, int) and isinstance(step, int):
         return value % step == 0
     try:
-        return decimal.Decimal(repr(value)) % decimal.Decimal(repr(step)) == 0
-    except (decimal.InvalidOperation, ValueError):  # an infinity, NaN, a huge quotient
+        return fractions.Fraction(repr(value)) % fractions.Fraction(repr(step)) == 0
+    except (ValueError, OverflowError):  # an infinity, NaN
         return False
 
 
@@ -220,14 +220,40 @@ def _check_string(schema: Mapping[str, Any], value: str, path: str) -> str | Non
     if count:
         return f"{_where(path)}{count}, got {show(value)}"
     pattern = schema.get("pattern")
-    if isinstance(pattern, str) and _compiled(pattern).search(value) is None:
+    regex = _compiled(pattern) if isinstance(pattern, str) else None
+    if regex is not None and regex.search(value) is None:
         return f"{_where(path)}expected a string matching {pattern!r}, got {show(value)}"
     return None
 
 
 @functools.lru_cache(maxsize=256)
-def _compiled(pattern: str) -> re.Pattern[str]:
-    return re.compile(pattern)
+def _compiled(pattern: str) -> re.Pattern[str] | None:
+    """A JSON Schema (ECMA-262) pattern as a Python regex: ``$`` is the end of the
+    string, not also the place before a final newline. ``None`` for one Python
+    cannot compile (``\\p{L}``): it is sent to the model but not checked here.
+
+    Example:
+        >>> _compiled("^[a-z]+$").search("abc\\n") is None, _compiled(r"\\p{L}") is None
+        (True, True)
+    """
+    out: list[str] = []
+    escaped = in_class = False
+    for char in pattern:
+        if escaped:
+            escaped = False
+        elif char == "\\":
+            escaped = True
+        elif char == "[":
+            in_class = True
+        elif char == "]":
+            in_class = False
+        elif char == "$" and not in_class:
+            char = r"\Z"
+        out.append(char)
+    try:
+        return re.compile("".join(out))
+    except re.error:
+        return None
 
 
 def _count_error(schema: Mapping[str, Any], key: str, count: int, things: str) -> str | None:

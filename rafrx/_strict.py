@@ -45,6 +45,8 @@ def without_nulls(schema: Mapping[str, Any] | bool, value: Any) -> Any:
     properties let through (so that their defaults apply), at any depth."""
     if not isinstance(schema, Mapping):
         return value
+    if "anyOf" in schema:  # ``Point | None``: the branch for the value's kind
+        schema = next((b for b in schema["anyOf"] if _holds(b, value)), schema)
     if isinstance(value, Mapping):
         properties = schema.get("properties", {})
         required = set(schema.get("required", ()))
@@ -55,8 +57,23 @@ def without_nulls(schema: Mapping[str, Any] | bool, value: Any) -> Any:
             or check(properties[key], None, "") is None  # null is a value it takes
         }
     if isinstance(value, list):
-        return [without_nulls(schema.get("items", True), item) for item in value]
+        prefix = schema.get("prefixItems", ())
+        return [
+            without_nulls(prefix[i] if i < len(prefix) else schema.get("items", True), item)
+            for i, item in enumerate(value)
+        ]
     return value
+
+
+def _holds(schema: Any, value: Any) -> bool:
+    """Whether ``schema`` is an object schema and ``value`` an object, or both arrays."""
+    if not isinstance(schema, Mapping):
+        return False
+    if isinstance(value, Mapping):
+        return schema.get("type") == "object" or "properties" in schema
+    if isinstance(value, list):
+        return schema.get("type") == "array" or "items" in schema or "prefixItems" in schema
+    return False
 
 
 def _strict(node: Any, path: str) -> Any:

@@ -89,7 +89,7 @@ def _to_json(value: Any) -> Any:
     if isinstance(value, enum.Enum):
         return value.value
     if is_model(type(value)):
-        return value.model_dump(mode="json", by_alias=True)
+        return _with_json_keys(value.model_dump(mode="json", by_alias=True))
     if attrs.has(type(value)):
         return _with_json_keys(attrs.asdict(value, recurse=False))
     if dataclasses.is_dataclass(value) and not isinstance(value, type):

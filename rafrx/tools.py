@@ -165,7 +165,7 @@ class Tool:
 
     def __attrs_post_init__(self) -> None:
         if self.strict:
-            strict_schema(self.parameters)  # a TypeError now, not a 400 from the API later
+            self.strict_parameters  # noqa: B018 - a TypeError now, not a 400 from the API later
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Call the function directly, as if it were not decorated."""
