@@ -39,11 +39,14 @@ __all__ = [
     "OPENAI_SERVER_TOOL_ITEMS",
     "REASONING_DETAILS",
     "TEXT_REF",
+    "THINKING_BLOCKS",
     "TOOL_USE_REF",
     "ChatMessage",
     "MessageRole",
     "MessageSource",
     "ToolCall",
+    "custom_call_ids",
+    "custom_input",
     "from_anthropic",
     "paired",
     "provider_data_of",
@@ -216,7 +219,8 @@ class ChatMessage:
         call without an id, and a TOOL message with a ``name`` but no
         ``tool_call_id``, go out as OpenAI's legacy ``function_call`` and
         ``function`` message (as :meth:`from_openai` reads them). A call's
-        ``extra_content`` kept in ``provider_data`` goes back on the call.
+        ``extra_content`` kept in ``provider_data`` goes back on the call, and
+        a custom tool's call (:data:`CUSTOM_TOOL_CALL_REF`) as ``type: "custom"``.
 
         Example:
             >>> ChatMessage("tool", "12:00", name="now").to_openai()
@@ -233,8 +237,15 @@ class ChatMessage:
             out["content"] = self.content or None
         elif self.tool_calls:  # never "tool_calls": [] (OpenAI rejects an empty array)
             extras = _call_extras(self)  # (Gemini refuses a call without its signature)
+            customs = custom_call_ids(self)
             out["tool_calls"] = [
                 {
+                    "id": call.id,
+                    "type": "custom",
+                    "custom": {"name": call.name, "input": custom_input(call)},
+                }
+                if call.id in customs
+                else {
                     "id": call.id,
                     "type": "function",
                     "function": {"name": call.name, "arguments": call.arguments_json()},
@@ -251,6 +262,9 @@ class ChatMessage:
         details = self.provider_data.get(REASONING_DETAILS) if self.provider_data else None
         if details:  # OpenRouter's, as they came
             out["reasoning_details"] = [copy.deepcopy(d) for b in details for d in b["details"]]
+        thinking = self.provider_data.get(THINKING_BLOCKS) if self.provider_data else None
+        if thinking:  # LiteLLM's, as they came
+            out["thinking_blocks"] = [copy.deepcopy(t) for b in thinking for t in b["blocks"]]
         return out
 
     @classmethod
@@ -287,6 +301,9 @@ class ChatMessage:
         if data.get("reasoning_details"):  # OpenRouter's, as to_openai sends them
             details = copy.deepcopy(list(data["reasoning_details"]))
             provider_data[REASONING_DETAILS] = ({"type": REASONING_DETAILS, "details": details},)
+        if data.get("thinking_blocks"):  # LiteLLM's, as to_openai sends them
+            blocks = copy.deepcopy(list(data["thinking_blocks"]))
+            provider_data[THINKING_BLOCKS] = ({"type": THINKING_BLOCKS, "blocks": blocks},)
         return cls(
             _ROLE_ALIASES.get(role) or MessageRole(role),
             _text_of(data.get("content")),
@@ -579,6 +596,11 @@ TOOL_USE_REF = "rafrx.tool_use_ref"
 #: block's ``details``), which go back on the assistant message in a tool loop.
 REASONING_DETAILS = "openrouter_reasoning_details"
 
+#: ``provider_data`` block type, and key, of the ``thinking_blocks`` a LiteLLM proxy streams
+#: for Claude's extended thinking (the block's ``blocks``, signed): they go back on the
+#: assistant message, which Anthropic refuses without them in a tool loop.
+THINKING_BLOCKS = "litellm_thinking_blocks"
+
 #: ``provider_data`` key holding the ``extra_content`` of an assistant message's chat tool
 #: calls (Gemini's ``thought_signature``), as ``{"type": "tool_call_extra", "call_id": ...,
 #: "extra_content": ...}`` blocks.
@@ -621,7 +643,32 @@ _BLOCK_KEYS = {
     **dict.fromkeys(OPENAI_SERVER_TOOL_ITEMS, OPENAI_REASONING),
     "tool_call_extra": OPENAI_CALL_EXTRA,
     REASONING_DETAILS: REASONING_DETAILS,
+    THINKING_BLOCKS: THINKING_BLOCKS,
 }
+
+
+def custom_call_ids(message: ChatMessage) -> set[str]:
+    """The ids of a message's calls of custom (free-form) tools: those a
+    :data:`CUSTOM_TOOL_CALL_REF` block marks."""
+    blocks = message.provider_data.get(OPENAI_REASONING, ()) if message.provider_data else ()
+    return {
+        str(b.get("call_id"))
+        for b in blocks
+        if isinstance(b, Mapping) and b.get("type") == CUSTOM_TOOL_CALL_REF
+    }
+
+
+def custom_input(call: ToolCall) -> str:
+    """The free-form input of a custom tool's call (its arguments ``{"input": text}``).
+
+    Example:
+        >>> custom_input(ToolCall("c1", "shell", {"input": "ls -l"}))
+        'ls -l'
+    """
+    text = call.arguments.get("input") if isinstance(call.arguments, Mapping) else None
+    if not isinstance(text, str):  # (edited since into something else: sent as it is)
+        text = call.arguments_json()
+    return text
 
 
 def _call_extras(message: ChatMessage) -> dict[str, Any]:

@@ -105,10 +105,11 @@ _PROVIDER_REASONS: dict[str, FinishReason] = {
     "sensitive": FinishReason.CONTENT_FILTER,  # Zhipu GLM's content filter
     "insufficient_system_resource": FinishReason.ERROR,  # DeepSeek: the server broke off
     "network_error": FinishReason.ERROR,  # Zhipu GLM: the same
+    "abort": FinishReason.ERROR,  # vLLM, SGLang: the engine aborted the request
     # Anthropic
     "end_turn": FinishReason.STOP,
     "stop_sequence": FinishReason.STOP,
-    "pause_turn": FinishReason.STOP,
+    "pause_turn": FinishReason.OTHER,  # not the end: send the turn back to go on
     "tool_use": FinishReason.TOOL_CALLS,
     "model_context_window_exceeded": FinishReason.LENGTH,
     "refusal": FinishReason.CONTENT_FILTER,

@@ -228,7 +228,8 @@ def test_responses_items_keep_pairs_arguments_and_reasoning_order(
     ] == outputs
     sent = [i for i in items if i.get("type") == "reasoning"]
     kept = [b for m in messages for b in (m.provider_data or {}).get(OPENAI_REASONING, ())]
-    assert sent == [dict(b) for b in kept]
+    first = {b["id"]: b for b in reversed(kept)}  # each id once (the API refuses it twice),
+    assert sent == [dict(b) for b in kept if first[b["id"]] is b]  # where it first stood
     # no Anthropic thinking block ever reaches the Responses API
     assert not [i for i in items if i.get("type") in ("thinking", "redacted_thinking")]
 

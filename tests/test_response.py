@@ -89,7 +89,7 @@ PROVIDER_SPELLINGS = [
     # Anthropic
     ("end_turn", FinishReason.STOP),
     ("stop_sequence", FinishReason.STOP),
-    ("pause_turn", FinishReason.STOP),
+    ("pause_turn", FinishReason.OTHER),  # a paused turn is no answer's end
     ("tool_use", FinishReason.TOOL_CALLS),
     ("max_tokens", FinishReason.LENGTH),
     ("refusal", FinishReason.CONTENT_FILTER),

@@ -45,14 +45,17 @@ class _Slot:
         """Whether ``delta`` starts another call at this index.
 
         It does when it brings a different id (one the provider sent: an id
-        that comes after ours was generated continues the call), a different
-        name (a call's name never changes), or the same name again with
-        arguments that start a new object after a complete one (a provider
-        that sends every call whole at index 0 without ids: Ollama, Gemini
-        adapters calling one function twice).
+        that comes after ours was generated continues the call) with a name or
+        before the call has one, a different name (a call's name never
+        changes), or the same name again with arguments that start a new
+        object after a complete one (a provider that sends every call whole at
+        index 0 without ids: Ollama, Gemini adapters calling one function
+        twice). A nameless delta of a named call with another id goes on with
+        it, as its index says and openai-python merges (Poolside's).
         """
+        new_id = bool(delta.id and self.wire_id and delta.id != self.wire_id)
         return bool(
-            (delta.id and self.wire_id and delta.id != self.wire_id)
+            (new_id and (delta.name or not self.started))
             or (
                 delta.name
                 and self.name is not None
@@ -123,7 +126,7 @@ class LegacyDeltaSplitter:
         slot = self._slots.get(delta.index)
         if slot is None or not slot.started:
             return None
-        if (delta.id and delta.id != slot.wire_id) or delta.name:
+        if delta.name:
             return None  # maybe a new call: step() decides
         return slot.id
 

@@ -53,6 +53,7 @@ from rafrx.messages import (
     ToolCall,
     _block_type,
     _unique_call_ids,
+    custom_input,
     to_anthropic,
     to_openai_chat,
 )
@@ -246,10 +247,7 @@ def _call_item(call: ToolCall, custom: bool, item_id: str | None = None) -> dict
     """A ``function_call`` item, or a ``custom_tool_call`` one with the ``input`` text."""
     item = {"type": "function_call", "call_id": call.id, "name": call.name}
     if custom:
-        text = call.arguments.get("input") if isinstance(call.arguments, Mapping) else None
-        if not isinstance(text, str):  # (edited since into something else: sent as it is)
-            text = call.arguments_json()
-        item.update(type="custom_tool_call", input=text)
+        item.update(type="custom_tool_call", input=custom_input(call))
     else:
         item["arguments"] = call.arguments_json()
     if item_id is not None:

@@ -466,6 +466,24 @@ def test_anthropic_full_turn_with_server_tools_citations_thinking_and_unknown_ev
             "", provider_data={"type": "thinking", "thinking": "hmm", "signature": "SIG"}
         ),
         u.ReasoningDelta("", provider_data={"type": "redacted_thinking", "data": "ENC"}),
+        # server tools' blocks, whole, to go back in their place
+        u.ReasoningDelta(
+            "",
+            provider_data={
+                "type": "server_tool_use",
+                "id": "srvtoolu_1",
+                "name": "web_search",
+                "input": {"query": "x"},
+            },
+        ),
+        u.ReasoningDelta(
+            "",
+            provider_data={
+                "type": "web_search_tool_result",
+                "tool_use_id": "srvtoolu_1",
+                "content": [],
+            },
+        ),
         u.Uri("https://a.example/"),
         u.TextDelta("Answer"),
         u.ToolCallStart("toolu_1", "get"),

@@ -486,7 +486,12 @@ def test_anthropic_server_tool_blocks_are_not_client_calls() -> None:
         a_ev(message_delta("end_turn")),
         a_ev(STOP),
     )
-    assert out == [u.Finish(FinishReason.STOP)]
+    server_use = {"type": "server_tool_use", "id": "s", "name": "web_search", "input": {"q": "x"}}
+    assert out == [  # no ToolCallStart: kept whole, to go back as they came
+        u.ReasoningDelta("", provider_data=server_use),
+        u.ReasoningDelta("", provider_data={"type": "web_search_tool_result", "content": []}),
+        u.Finish(FinishReason.STOP),
+    ]
 
 
 def test_anthropic_deltas_after_a_block_stop_are_ignored() -> None:
@@ -583,7 +588,8 @@ def test_anthropic_malformed_and_wrong_shape() -> None:
             AnthropicDialect().feed(a_ev(bad))
 
 
-def test_anthropic_unknown_events_and_deltas_are_ignored() -> None:
+def test_anthropic_unknown_events_and_deltas_are_ignored_and_unknown_blocks_kept() -> None:
+    """A block type added after this was written is kept whole, to go back as it came."""
     out = run_all(
         AnthropicDialect(),
         a_ev({"type": "ping"}),
@@ -594,7 +600,10 @@ def test_anthropic_unknown_events_and_deltas_are_ignored() -> None:
         a_ev(message_delta("end_turn")),
         a_ev(STOP),
     )
-    assert out == [u.Finish(FinishReason.STOP)]
+    assert out == [
+        u.ReasoningDelta("", provider_data={"type": "new_block"}),
+        u.Finish(FinishReason.STOP),
+    ]
 
 
 # ---------------------------------------------------------------- openai-responses

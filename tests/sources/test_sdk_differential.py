@@ -598,8 +598,13 @@ def _neutral_anthropic(message: Any) -> Neutral:
     )
 
 
-def _thinking_blocks(message: Any) -> list[dict[str, Any]]:
-    out = []
+_SERVER_BLOCK_KEYS = ("type", "id", "tool_use_id", "name", "input")
+
+
+def _kept_blocks(message: Any) -> list[dict[str, Any]]:
+    """The blocks to send back that are neither text nor tool_use: thinking (with its
+    signature), redacted thinking, and server tools' blocks (named, with their input)."""
+    out: list[dict[str, Any]] = []
     for block in message.content:
         if block.type == "thinking":
             out.append(
@@ -607,7 +612,16 @@ def _thinking_blocks(message: Any) -> list[dict[str, Any]]:
             )
         elif block.type == "redacted_thinking":
             out.append({"type": "redacted_thinking", "data": block.data})
+        elif block.type not in ("text", "tool_use"):
+            out.append({k: getattr(block, k) for k in _SERVER_BLOCK_KEYS if hasattr(block, k)})
     return out
+
+
+def _as_kept(block: Any) -> dict[str, Any]:
+    """rafrx's kept block, in :func:`_kept_blocks`' terms."""
+    if block["type"] in ("thinking", "redacted_thinking"):
+        return dict(block)
+    return {k: block[k] for k in _SERVER_BLOCK_KEYS if k in block}
 
 
 @SETTINGS
@@ -625,11 +639,13 @@ def test_anthropic_matches_accumulate_event(data: st.DataObject) -> None:
 
     response = _rafrx(body_chunks, "anthropic")
     assert _neutral_rafrx(response) == _neutral_anthropic(message)
-    # The thinking blocks (with their signatures) rafrx keeps to send back are the SDK's.
+    # The blocks rafrx keeps to send back (thinking with its signature, server tools'
+    # blocks) are the SDK's.
     # (An empty message has no assistant message in the transcript: aggregate() skips it.)
     final = response.turn_transcript[-1].provider_data if response.turn_transcript else None
-    kept = list((final or {}).get(ANTHROPIC_THINKING, ()))
-    assert [dict(b) for b in kept] == _thinking_blocks(message)
+    kept = (final or {}).get(ANTHROPIC_THINKING, ())
+    kept = [_as_kept(b) for b in kept if not b["type"].startswith("rafrx.")]  # not the refs
+    assert kept == _kept_blocks(message)
 
 
 # ------------------------------------------------------------------ OpenAI Responses

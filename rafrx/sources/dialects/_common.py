@@ -27,6 +27,8 @@ _fast_loads = msgspec.json.decode
 S = TypeVar("S", bound=msgspec.Struct)
 
 __all__ = [
+    "CUSTOM_INPUT_HEAD",
+    "CUSTOM_INPUT_TAIL",
     "Dialect",
     "as_int",
     "as_str",
@@ -35,6 +37,7 @@ __all__ = [
     "get_list",
     "get_object",
     "is_retryable",
+    "json_escaped",
     "load_object",
     "malformed",
     "provider_error",
@@ -69,6 +72,22 @@ class Dialect(Protocol):
             IncompleteStream: No terminal marker was seen.
         """
         ...
+
+
+CUSTOM_INPUT_HEAD = '{"input": "'
+"""The arguments of a custom (free-form) tool call start so: ``{"input": text}``."""
+CUSTOM_INPUT_TAIL = '"}'
+"""... and end so, around its JSON-escaped input."""
+
+
+def json_escaped(text: str) -> str:
+    """``text`` as it stands inside a JSON string (a piece of it: the same).
+
+    Example:
+        >>> print(json_escaped('say "hi"'))
+        say \\"hi\\"
+    """
+    return json.dumps(text, ensure_ascii=False)[1:-1]
 
 
 def malformed(event: ServerSentEvent, why: str) -> MalformedEvent:

@@ -16,8 +16,11 @@
 * ``tool_use`` blocks → ``ToolCallStart`` / ``ToolCallArgs`` / ``ToolCallEnd``.
   A block that never stops (``max_tokens`` cut it) gets no ``ToolCallEnd``,
   so its call is never run: it ends cut short (``ToolCallIncompleteContent``).
-  Server tools (``server_tool_use``,
-  ``web_search_tool_result``) are run by Anthropic, not by the client: ignored.
+* Blocks of server tools, which Anthropic runs (``server_tool_use`` with its
+  streamed input, ``web_search_tool_result``, ``mcp_tool_use`` …, any other
+  block type), are kept whole, like thinking blocks, as one
+  ``ReasoningDelta("", provider_data=block)`` at their end: a paused turn
+  (``pause_turn``) goes back as it came for Claude to go on with it.
 * ``message_delta`` carries the stop reason and *cumulative* usage (it
   overwrites, never adds); ``message_stop`` → ``Finish(reason, usage)`` with
   ``prompt_tokens`` = input + cache creation + cache read tokens. A stop
@@ -42,6 +45,7 @@ completion_tokens=1, total_tokens=1, reasoning_tokens=None, cached_tokens=None))
 
 from __future__ import annotations
 
+import contextlib
 import json
 from typing import Any
 
@@ -113,12 +117,13 @@ cached_tokens=100)
 class _Block:
     """A content block being streamed."""
 
-    __slots__ = ("id", "signature", "start", "stopped", "thinking", "type")
+    __slots__ = ("id", "signature", "start", "stopped", "thinking", "type", "whole")
 
     def __init__(self, kind: str, block_id: str = "") -> None:
         self.type = kind
         self.id = block_id
-        self.thinking: list[str] = []
+        self.whole: dict[str, Any] | None = None  # a server tool's block, as it started
+        self.thinking: list[str] = []  # the thinking, or a server tool's input JSON
         self.signature: str | None = None
         self.stopped = False
         self.start = 0  # where a text block starts in the message's text
@@ -283,7 +288,10 @@ class AnthropicDialect:
         elif kind == "redacted_thinking":
             data_field = block.get("data")
             out.append(ReasoningDelta("", provider_data={"type": kind, "data": data_field}))
-        return out  # ([] for server_tool_use, web_search_tool_result ...: not for the client)
+        elif kind != "text":  # a server tool's block: kept whole, where it stood
+            state.whole = block
+            out = self._thinking_starts()
+        return out
 
     def _thinking_starts(self) -> list[AgentResponseUpdate]:
         """A thinking block starts: the refs of the blocks before it go first."""
@@ -340,8 +348,11 @@ class AnthropicDialect:
         """
         if type(delta) is _InputJSONDelta:
             block = self._blocks.get(index)
-            if not delta.partial_json or block is None or block.type != "tool_use" or block.stopped:
-                return []  # empty, or a server tool's input
+            if not delta.partial_json or block is None or block.stopped:
+                return []
+            if block.type != "tool_use":  # a server tool's input: kept with its block
+                block.thinking.append(delta.partial_json)
+                return []
             return [ToolCallArgs(block.id, delta.partial_json)]
         if type(delta) is _TextDelta:
             if not delta.text:
@@ -371,6 +382,8 @@ class AnthropicDialect:
             return [ReasoningDelta("", provider_data=whole)]
         if block.type == "text" and self._text_chars > block.start:
             return self._ref({"type": TEXT_REF, "chars": self._text_chars - block.start})
+        if block.whole is not None:
+            return [ReasoningDelta("", provider_data=_server_block(block.whole, block.thinking))]
         return []
 
     def _message_delta(
@@ -387,6 +400,15 @@ class AnthropicDialect:
         self, event: ServerSentEvent, data: dict[str, Any]
     ) -> list[AgentResponseUpdate]:
         return self._finish()
+
+
+def _server_block(started: dict[str, Any], input_json: list[str]) -> dict[str, Any]:
+    """A server tool's whole block: as it started, with the input streamed into it."""
+    whole = dict(started)
+    if input_json:
+        with contextlib.suppress(ValueError, RecursionError):  # cut: the block as it started
+            whole["input"] = json.loads("".join(input_json))
+    return whole
 
 
 _HANDLERS = {

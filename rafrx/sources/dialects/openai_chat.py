@@ -13,10 +13,17 @@ OpenAI-compatible endpoint, Mistral, vLLM, llama.cpp, xAI, Writer and others:
   without ``index`` (Ollama, Gemini, Mistral) that has a name or id starts a
   new call at the next free index, one without continues the last call.
   Arguments sent as an object are serialised with :func:`json.dumps`.
-  Explicit ``null`` fields count as absent (Writer). The deprecated
+  Explicit ``null`` fields count as absent (Writer). A custom (free-form)
+  tool's call (``custom: {name, input}``, GPT-5) has the arguments
+  ``{"input": text}`` and a ``CUSTOM_TOOL_CALL_REF`` block, so that it goes
+  back as a custom call. The deprecated
   ``delta.function_call`` is the call at index 0. A call's ``extra_content``
   (Gemini's ``thought_signature``, which must go back with the call) →
   ``ReasoningDelta("", provider_data={"type": "tool_call_extra", ...})``;
+* LiteLLM's ``delta.thinking_blocks`` (Claude's signed thinking), merged into
+  their blocks and sent at the end as ``ReasoningDelta("",
+  provider_data={"type": THINKING_BLOCKS, ...})``: they go back on the
+  assistant message;
 * OpenRouter's ``delta.reasoning_details`` (reasoning text pieces, signatures,
   encrypted blocks) are merged per entry and sent, at the end, as
   ``ReasoningDelta("", provider_data={"type": REASONING_DETAILS, ...})``: they
@@ -25,7 +32,8 @@ OpenAI-compatible endpoint, Mistral, vLLM, llama.cpp, xAI, Writer and others:
 * ``delta.annotations`` of type ``url_citation`` (search models), and each new
   URL of a chunk's ``citations`` list (Perplexity, xAI) →
   :class:`~rafrx.updates.Uri`;
-* ``finish_reason`` and ``usage`` (Groq's may come only in ``x_groq.usage``):
+* ``finish_reason`` and ``usage`` (Groq's may come only in ``x_groq.usage``,
+  Moonshot's only in ``choices[0].usage``):
   the last non-null ones are kept and sent once, as ``Finish(reason, usage)``,
   at ``data: [DONE]`` (or at the end of input when a finish reason was seen:
   some servers omit ``[DONE]``).
@@ -34,7 +42,8 @@ Only choice index 0 is read: with ``n > 1`` the other choices are ignored.
 Chunks whose ``object`` is neither ``chat.completion.chunk`` nor
 ``chat.completion`` (Perplexity's; Azure's content-filter chunks have ``""``)
 contribute their choices and usage but not their (empty) id and model. An
-``{"error": ...}`` payload (DeepInfra's: ``error_message``) or an ``event: error``
+``{"error": ...}`` payload (DeepInfra's: ``error_message``; FastChat's:
+``{"text": ..., "error_code": n}``) or an ``event: error``
 raises :class:`~rafrx.errors.ProviderError`.
 
 Example:
@@ -56,15 +65,18 @@ import msgspec
 
 from rafrx import response
 from rafrx.errors import IncompleteStream
-from rafrx.messages import REASONING_DETAILS
+from rafrx.messages import CUSTOM_TOOL_CALL_REF, REASONING_DETAILS, THINKING_BLOCKS
 from rafrx.response import FinishReason
 from rafrx.sources.dialects._common import (
+    CUSTOM_INPUT_HEAD,
+    CUSTOM_INPUT_TAIL,
     as_int,
     as_str,
     error_event,
     fitting,
     get_list,
     get_object,
+    json_escaped,
     load_object,
     malformed,
     openai_usage,
@@ -120,6 +132,7 @@ class _ToolCall(msgspec.Struct):
     index: int | None = None
     id: str | None = None
     function: _Function | None = None
+    custom: None = None  # (a custom tool's call: the general path reads it)
     extra_content: None = None  # (Gemini's signature: the general path keeps it)
 
 
@@ -130,6 +143,7 @@ class _Delta(msgspec.Struct):
     refusal: str | None = None
     tool_calls: list[_ToolCall] | None = None
     reasoning_details: list[Any] | None = None
+    thinking_blocks: None = None  # (LiteLLM's signed thinking: the general path keeps it)
     # Rare members the general path reads (a value here does not fit: that path takes it):
     function_call: None = None
     annotations: None = None
@@ -140,6 +154,7 @@ class _Choice(msgspec.Struct):
     index: int | None = None
     delta: _Delta | None = None
     finish_reason: str | None = None
+    usage: None = None  # (Moonshot's usage, in the choice: the general path reads it)
 
 
 class _Chunk(msgspec.Struct):
@@ -152,10 +167,45 @@ class _Chunk(msgspec.Struct):
     error_message: None = None  # (nor does DeepInfra's)
     x_groq: None = None  # (Groq's usage may come only in there: the general path reads it)
     citations: None = None  # (Perplexity's and xAI's sources: the general path reads them)
+    error_code: None = None  # (FastChat's error payload: the general path raises it)
 
 
 _fit_chunk = fitting(_Chunk)
 _NO_FUNCTION = _Function()
+
+
+class _ThinkingBlocks:
+    """LiteLLM's ``thinking_blocks`` (Claude's thinking), from the pieces streamed of them:
+    a thinking piece goes on with the last block until that block is signed."""
+
+    __slots__ = ("blocks", "texts")
+
+    def __init__(self) -> None:
+        self.blocks: list[dict[str, Any]] = []
+        self.texts: list[list[str]] = []  # each block's thinking, joined at the end
+
+    def add(self, piece: dict[str, Any]) -> None:
+        text = piece.get("thinking")
+        last = self.blocks[-1] if self.blocks else None
+        if (
+            piece.get("type") == "thinking"
+            and last is not None
+            and last.get("type") == "thinking"
+            and not last.get("signature")
+        ):
+            if isinstance(text, str):
+                self.texts[-1].append(text)
+            if piece.get("signature"):
+                last["signature"] = piece["signature"]
+            return
+        self.blocks.append(dict(piece))
+        self.texts.append([text] if isinstance(text, str) else [])
+
+    def merged(self) -> list[dict[str, Any]]:
+        return [
+            {**block, "thinking": "".join(texts)} if block.get("type") == "thinking" else block
+            for block, texts in zip(self.blocks, self.texts, strict=True)
+        ]
 
 
 class _Detail:
@@ -185,6 +235,7 @@ class OpenAIChatDialect:
 
     __slots__ = (
         "_cited",
+        "_custom",
         "_details",
         "_done",
         "_finish",
@@ -192,6 +243,7 @@ class OpenAIChatDialect:
         "_last_index",
         "_meta_sent",
         "_next_index",
+        "_thinking",
         "_usage",
     )
 
@@ -203,6 +255,8 @@ class OpenAIChatDialect:
         self._next_index = 0  # the next free wire index
         self._last_index: int | None = None
         self._ids: dict[str, int] = {}  # tool call id → index, for index-less entries
+        self._custom: set[int] = set()  # the indexes of open custom (free-form) tool calls
+        self._thinking = _ThinkingBlocks()  # LiteLLM's
         self._details: dict[tuple[str | None, int | None], _Detail] = {}  # OpenRouter's
         self._cited: set[str] = set()  # the URLs of top-level citations sent
 
@@ -235,6 +289,8 @@ class OpenAIChatDialect:
         error = chunk.get("error")
         if error is None and chunk.get("error_message") is not None:  # DeepInfra's, Venice's
             error = {"message": chunk["error_message"], "type": chunk.get("error_type")}
+        if error is None and chunk.get("error_code") and "choices" not in chunk:  # FastChat's
+            error = {"message": chunk.get("text"), "code": chunk["error_code"]}
         if error is not None:
             raise provider_error(event, error if isinstance(error, dict) else {"message": error})
         out: list[AgentResponseUpdate] = []
@@ -317,14 +373,24 @@ class OpenAIChatDialect:
     # ------------------------------------------------------------ internals
 
     def _end(self) -> list[AgentResponseUpdate]:
-        """The updates at the end of the response: OpenRouter's reasoning details, if any,
-        then the ``Finish``."""
-        finish = self._finish_update(FinishReason.OTHER)
-        if not self._details:
-            return [finish]
-        details = [detail.merged() for detail in self._details.values()]
-        block = {"type": REASONING_DETAILS, "details": details}
-        return [ReasoningDelta("", provider_data=block), finish]
+        """The updates at the end of the response: the end of custom calls' arguments,
+        OpenRouter's reasoning details, if any, then the ``Finish``."""
+        out: list[AgentResponseUpdate] = [
+            ToolCallDelta(index, None, None, CUSTOM_INPUT_TAIL) for index in sorted(self._custom)
+        ]
+        self._custom.clear()
+        if self._thinking.blocks:
+            blocks = self._thinking.merged()
+            out.append(
+                ReasoningDelta("", provider_data={"type": THINKING_BLOCKS, "blocks": blocks})
+            )
+        if self._details:
+            details = [detail.merged() for detail in self._details.values()]
+            out.append(
+                ReasoningDelta("", provider_data={"type": REASONING_DETAILS, "details": details})
+            )
+        out.append(self._finish_update(FinishReason.OTHER))
+        return out
 
     def _add_details(self, event: ServerSentEvent, details: list[Any]) -> str:
         """Merge OpenRouter's ``reasoning_details`` pieces, one entry per (type, index).
@@ -367,6 +433,9 @@ class OpenAIChatDialect:
             finish = as_str(finish)
             if finish is not None:
                 self._finish = finish
+        usage = choice.get("usage")
+        if usage is not None:  # Moonshot's place for it (a top-level one, read after, wins)
+            self._usage = get_object(event, choice, "usage")
         delta = choice.get("delta")
         if type(delta) is not dict:
             delta = get_object(event, choice, "delta")
@@ -382,6 +451,12 @@ class OpenAIChatDialect:
                 self._tool_calls(event, tool_calls, out)
                 return
         reasoning = delta.get("reasoning_content") or delta.get("reasoning")
+        thinking = delta.get("thinking_blocks")
+        if thinking:
+            for piece in get_list(event, delta, "thinking_blocks"):
+                if not isinstance(piece, dict):
+                    raise malformed(event, "a thinking_blocks entry should be an object")
+                self._thinking.add(piece)
         details = delta.get("reasoning_details")
         if details:
             detailed = self._add_details(event, get_list(event, delta, "reasoning_details"))
@@ -429,6 +504,9 @@ class OpenAIChatDialect:
         for call in calls:
             if type(call) is not dict:
                 raise malformed(event, "a tool call delta should be an object")
+            if call.get("custom") is not None:
+                self._custom_call(event, call, out)
+                continue
             update = self._tool_call(event, call)
             if update is not None:
                 out.append(update)
@@ -463,6 +541,36 @@ class OpenAIChatDialect:
                 if text:
                     out.append(ReasoningDelta(text))
 
+    def _custom_call(
+        self, event: ServerSentEvent, call: dict[str, Any], out: list[AgentResponseUpdate]
+    ) -> None:
+        """A piece of a custom tool's call (``custom: {name, input}``): its arguments are
+        ``{"input": text}``, closed at the end of the response (see :meth:`_end`)."""
+        custom = get_object(event, call, "custom") or {}
+        name = as_str(custom.get("name"))
+        text = json_escaped(as_str(custom.get("input")) or "")
+        index = self._wire_index(event, call)
+        if name is not None:  # a new call: the one at its index before it is over
+            if index is not None and index in self._custom:
+                out.append(ToolCallDelta(index, None, None, CUSTOM_INPUT_TAIL))
+            text = CUSTOM_INPUT_HEAD + text
+        update = self._delta(index, as_str(call.get("id")), name, text)
+        if update is None:
+            return
+        out.append(update)
+        if name is not None:
+            self._custom.add(update.index)
+            if update.id is not None:  # goes back as a custom tool's call
+                ref = {"type": CUSTOM_TOOL_CALL_REF, "call_id": update.id}
+                out.append(ReasoningDelta("", provider_data=ref))
+
+    def _wire_index(self, event: ServerSentEvent, call: dict[str, Any]) -> int | None:
+        raw_index = call.get("index")
+        wire_index = raw_index if type(raw_index) is int else as_int(raw_index)
+        if raw_index is not None and (wire_index is None or wire_index < 0):
+            raise malformed(event, f"invalid tool call index {raw_index!r}")
+        return wire_index
+
     def _tool_call(self, event: ServerSentEvent, call: dict[str, Any]) -> ToolCallDelta | None:
         function = call.get("function")
         if type(function) is not dict:
@@ -478,11 +586,7 @@ class OpenAIChatDialect:
             arguments = ""
         elif type(arguments) is not str:
             arguments = json.dumps(arguments, ensure_ascii=False)
-        raw_index = call.get("index")
-        wire_index = raw_index if type(raw_index) is int else as_int(raw_index)
-        if raw_index is not None and (wire_index is None or wire_index < 0):
-            raise malformed(event, f"invalid tool call index {raw_index!r}")
-        return self._delta(wire_index, call_id, name, arguments)
+        return self._delta(self._wire_index(event, call), call_id, name, arguments)
 
     def _delta(
         self, wire_index: int | None, call_id: str | None, name: str | None, arguments: str

@@ -10,7 +10,10 @@ no ``event:`` line):
   the finished ``message`` item, else of the one in the final output);
 * ``response.reasoning_summary_text.delta`` and
   ``response.reasoning_text.delta`` → :class:`~rafrx.updates.ReasoningDelta`
-  (parts follow each other with no separator); a finished ``reasoning`` item
+  (parts follow each other with no separator; from a server that sends no
+  delta, the text of their ``.done`` events, else of the finished item); a
+  message's text is taken once, whatever ids its stages give it (mistral.rs
+  gives each its own: its ``output_index`` says it is one); a finished ``reasoning`` item
   with an id → ``ReasoningDelta("", provider_data=item)``, kept whole (with
   its ``encrypted_content``) to go back in the next request of a tool loop,
   and so is a finished item of a tool the server ran (``web_search_call``,
@@ -31,8 +34,9 @@ no ``event:`` line):
 * URL annotations (``output_text.annotation.added``, or those first seen on
   a finished part) → :class:`~rafrx.updates.Uri`;
 * ``response.completed`` → ``Finish(TOOL_CALLS if the response called
-  functions else STOP, usage)``; ``response.incomplete`` → ``Finish`` with
-  the mapped ``incomplete_details.reason``;
+  functions else STOP, usage)``; ``response.incomplete``, or a completed
+  event whose response says ``status: "incomplete"`` (vLLM's), → ``Finish``
+  with the mapped ``incomplete_details.reason``;
 * ``response.failed`` and ``error`` → :class:`~rafrx.errors.ProviderError`.
 
 Example:
@@ -60,11 +64,14 @@ from rafrx.messages import (
 )
 from rafrx.response import FinishReason
 from rafrx.sources.dialects._common import (
+    CUSTOM_INPUT_HEAD,
+    CUSTOM_INPUT_TAIL,
     as_int,
     as_str,
     error_event,
     get_list,
     get_object,
+    json_escaped,
     load_object,
     malformed,
     openai_usage,
@@ -100,13 +107,6 @@ cached_tokens=None)
 
 
 _CALLS = ("function_call", "custom_tool_call")
-_INPUT_HEAD = '{"input": "'  # a custom call's arguments, around its JSON-escaped input
-_INPUT_TAIL = '"}'
-
-
-def _escaped(text: str) -> str:
-    """``text`` as it stands inside a JSON string (a piece of it: the same)."""
-    return json.dumps(text, ensure_ascii=False)[1:-1]
 
 
 class _Call:
@@ -137,8 +137,11 @@ class OpenAIResponsesDialect:
         "_finished_messages",
         "_meta_sent",
         "_reasoned",
+        "_reasoning_finals",
+        "_reasoning_streamed",
         "_streamed_text",
         "_texted",
+        "_texted_at",
     )
 
     def __init__(self) -> None:
@@ -146,6 +149,9 @@ class OpenAIResponsesDialect:
         self._meta_sent = False
         self._streamed_text = False  # a text delta came: the .done events repeat it
         self._texted: set[str | None] = set()  # the message items whose text was sent
+        self._texted_at: set[int] = set()  # and their output indexes
+        self._reasoning_streamed: set[str | None] = set()  # items whose reasoning had deltas
+        self._reasoning_finals: set[str | None] = set()  # items whose .done text was sent
         self._finished_messages: set[str] = set()  # the message items done
         self._reasoned = False  # a reasoning item came: name the output items after it
         self._calls: dict[str, _Call] = {}  # output item id → call
@@ -203,7 +209,7 @@ class OpenAIResponsesDialect:
 
     def _text(self, event: ServerSentEvent, data: dict[str, Any]) -> list[AgentResponseUpdate]:
         self._streamed_text = True
-        self._texted.add(as_str(data.get("item_id")))
+        self._note_text(data)
         delta = as_str(data.get("delta"))
         return [] if delta is None else [TextDelta(delta)]
 
@@ -213,12 +219,48 @@ class OpenAIResponsesDialect:
             return []
         refusal = _event_type(event, data) == "response.refusal.done"
         text = as_str(data.get("refusal" if refusal else "text"))
-        self._texted.add(as_str(data.get("item_id")))
+        self._note_text(data)
         return [TextDelta(text)] if text else []
 
+    def _note_text(self, data: dict[str, Any]) -> None:
+        """The text of the message this event is about has been sent."""
+        self._texted.add(as_str(data.get("item_id")))
+        index = data.get("output_index")
+        if type(index) is int:
+            self._texted_at.add(index)
+
+    def _was_texted(self, item_id: str, index: Any) -> bool:
+        return bool(
+            item_id in self._texted
+            or None in self._texted  # (a server that sends deltas without item ids)
+            or (type(index) is int and index in self._texted_at)
+        )
+
     def _reasoning(self, event: ServerSentEvent, data: dict[str, Any]) -> list[AgentResponseUpdate]:
+        self._reasoning_streamed.add(as_str(data.get("item_id")))
         delta = as_str(data.get("delta"))
         return [] if delta is None else [ReasoningDelta(delta)]
+
+    def _reasoning_done(
+        self, event: ServerSentEvent, data: dict[str, Any]
+    ) -> list[AgentResponseUpdate]:
+        """A reasoning part's whole text, from a server that sent it without deltas."""
+        item_id = as_str(data.get("item_id"))
+        if item_id in self._reasoning_streamed or None in self._reasoning_streamed:
+            return []
+        self._reasoning_finals.add(item_id)
+        text = as_str(data.get("text"))
+        return [ReasoningDelta(text)] if text else []
+
+    def _reasoning_of(self, event: ServerSentEvent, item: dict[str, Any]) -> list[ReasoningDelta]:
+        """The text of a finished reasoning item none of whose text came before."""
+        item_id = as_str(item.get("id"))
+        sent = self._reasoning_streamed | self._reasoning_finals
+        if item_id in sent or None in self._reasoning_streamed:
+            return []
+        parts = [*get_list(event, item, "summary"), *get_list(event, item, "content")]
+        text = "".join(as_str(p.get("text")) or "" for p in parts if isinstance(p, dict))
+        return [ReasoningDelta(text)] if text else []
 
     def _start_call(
         self, event: ServerSentEvent, item: dict[str, Any]
@@ -233,7 +275,7 @@ class OpenAIResponsesDialect:
         custom = item.get("type") == "custom_tool_call"
         self._calls[item_id or call_id] = _Call(call_id, custom)
         if custom:
-            return [ToolCallStart(call_id, name), ToolCallArgs(call_id, _INPUT_HEAD)]
+            return [ToolCallStart(call_id, name), ToolCallArgs(call_id, CUSTOM_INPUT_HEAD)]
         return [ToolCallStart(call_id, name)]
 
     def _key(self, item_id: str | None, call_id: str | None) -> str | None:
@@ -255,10 +297,10 @@ class OpenAIResponsesDialect:
         arguments = source.get("input" if call.custom else "arguments")
         out: list[AgentResponseUpdate] = []
         if not call.got_args and isinstance(arguments, str) and arguments:
-            text = _escaped(arguments) if call.custom else arguments
+            text = json_escaped(arguments) if call.custom else arguments
             out.append(ToolCallArgs(call.call_id, text))
         if call.custom:
-            out.append(ToolCallArgs(call.call_id, _INPUT_TAIL))
+            out.append(ToolCallArgs(call.call_id, CUSTOM_INPUT_TAIL))
         out.append(ToolCallEnd(call.call_id))
         return out
 
@@ -279,7 +321,7 @@ class OpenAIResponsesDialect:
         if call is None or call.ended or delta is None:
             return []
         call.got_args = True
-        return [ToolCallArgs(call.call_id, _escaped(delta) if call.custom else delta)]
+        return [ToolCallArgs(call.call_id, json_escaped(delta) if call.custom else delta)]
 
     def _args_done(self, event: ServerSentEvent, data: dict[str, Any]) -> list[AgentResponseUpdate]:
         return self._end_call(as_str(data.get("item_id")), data)
@@ -308,7 +350,7 @@ class OpenAIResponsesDialect:
             return out
         if kind == "reasoning" and item_id is not None:
             self._reasoned = True  # the items after it go back paired with it, by id
-            return [ReasoningDelta("", provider_data=item)]
+            return [*self._reasoning_of(event, item), ReasoningDelta("", provider_data=item)]
         if kind in OPENAI_SERVER_TOOL_ITEMS and item_id is not None:
             return [ReasoningDelta("", provider_data=item)]  # to go back, in its place
         if kind == "mcp_approval_request" and item_id is not None:
@@ -323,9 +365,9 @@ class OpenAIResponsesDialect:
                 if isinstance(part, dict):
                     out += self._new_annotations(event, item_id, index, part)
                     text.append(as_str(part.get("text") or part.get("refusal")) or "")
-            if item_id not in self._texted and None not in self._texted and any(text):
+            if not self._was_texted(item_id, data.get("output_index")) and any(text):
                 # A server that sends the text in the finished item only.
-                self._texted.add(item_id)
+                self._note_text({"item_id": item_id, "output_index": data.get("output_index")})
                 out.insert(0, TextDelta("".join(text)))
             if self._reasoned:
                 ref = {"type": MESSAGE_REF, "id": item_id, "text": "".join(text)}
@@ -380,12 +422,16 @@ class OpenAIResponsesDialect:
         body = get_object(event, data, "response") or {}
         self._done = True
         out: list[AgentResponseUpdate] = []
-        for item in get_list(event, body, "output"):
+        for index, item in enumerate(get_list(event, body, "output")):
             if isinstance(item, dict) and item.get("type") in (*_CALLS, "message"):
                 # A call or message no output_item event brought (a minimal compatible
                 # server): it is in the final output only, and is delivered from there.
-                out += self._item_done(event, {"item": item})
-        reason = FinishReason.TOOL_CALLS if self._calls else FinishReason.STOP
+                out += self._item_done(event, {"item": item, "output_index": index})
+        if body.get("status") == "incomplete":  # (vLLM's way to say response.incomplete)
+            details = get_object(event, body, "incomplete_details") or {}
+            reason = FinishReason.from_provider(as_str(details.get("reason")))
+        else:
+            reason = FinishReason.TOOL_CALLS if self._calls else FinishReason.STOP
         out.append(Finish(reason, self._usage(event, body)))
         return out
 
@@ -419,6 +465,8 @@ _HANDLERS = {
     "response.refusal.done": OpenAIResponsesDialect._text_done,
     "response.reasoning_summary_text.delta": OpenAIResponsesDialect._reasoning,
     "response.reasoning_text.delta": OpenAIResponsesDialect._reasoning,
+    "response.reasoning_summary_text.done": OpenAIResponsesDialect._reasoning_done,
+    "response.reasoning_text.done": OpenAIResponsesDialect._reasoning_done,
     "response.output_item.added": OpenAIResponsesDialect._item_added,
     "response.function_call_arguments.delta": OpenAIResponsesDialect._args_delta,
     "response.function_call_arguments.done": OpenAIResponsesDialect._args_done,
