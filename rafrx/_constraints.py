@@ -1,0 +1,106 @@
+"""What ``Annotated`` metadata says of a value, as JSON Schema keywords.
+
+A plain string is the description; a pydantic ``Field()`` gives its
+description and constraints, and so do annotated_types' ``Ge``, ``MaxLen``,
+``Interval`` …: ``gt``/``ge``/``lt``/``le``/``multiple_of`` become the
+number bounds, ``min_length``/``max_length`` the lengths of the value's JSON
+type (characters, items or properties), ``pattern`` a pattern.
+
+Example:
+    >>> import annotated_types
+    >>> annotated_schema({"type": "string"}, ["A code.", annotated_types.Len(2, 3)])
+    {'type': 'string', 'description': 'A code.', 'minLength': 2, 'maxLength': 3}
+"""
+
+from __future__ import annotations
+
+import decimal
+import math
+import numbers
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from rafrx._pydantic import field_info
+
+__all__ = ["annotated_schema"]
+
+# Bound attributes of ``Annotated`` metadata (annotated_types, pydantic's Field) and
+# their JSON Schema keywords; lengths are in ``_LENGTHS``, for each type.
+_BOUNDS = {
+    "gt": "exclusiveMinimum",
+    "ge": "minimum",
+    "lt": "exclusiveMaximum",
+    "le": "maximum",
+    "multiple_of": "multipleOf",
+}
+_LENGTHS = {
+    "string": ("minLength", "maxLength"),
+    "array": ("minItems", "maxItems"),
+    "object": ("minProperties", "maxProperties"),
+}
+
+
+def annotated_schema(schema: dict[str, Any], metadata: Iterable[Any]) -> dict[str, Any]:
+    """``schema`` with what ``Annotated`` metadata says: a string is the description;
+    a pydantic ``Field`` gives its description and constraints, as do
+    annotated_types' ``Ge``, ``MaxLen``, ``Interval`` … (anything else, and a
+    bound with no JSON number, such as a date, is left out, as pydantic does).
+
+    Example:
+        >>> import annotated_types
+        >>> annotated_schema({"type": "integer"}, ["How many.", annotated_types.Interval(ge=1, lt=9)])
+        {'type': 'integer', 'description': 'How many.', 'minimum': 1, 'exclusiveMaximum': 9}
+        >>> annotated_schema({"anyOf": [{"type": "array"}, {"type": "null"}]}, [annotated_types.MaxLen(2)])
+        {'anyOf': [{'type': 'array'}, {'type': 'null'}], 'maxItems': 2}
+    """  # noqa: E501
+    extra: dict[str, Any] = {}
+    sized = [kind for kind in _LENGTHS if kind in _types(schema)] or ["string"]
+    for item in metadata:
+        if isinstance(item, str):
+            extra.setdefault("description", item)
+            continue
+        field = field_info(item)
+        if field is not None:
+            if field.description:
+                extra["description"] = field.description
+            extra.update(annotated_schema(schema, field.metadata))
+            continue
+        for name, keyword in _BOUNDS.items():
+            bound = _json_number(getattr(item, name, None))
+            if bound is not None:
+                extra[keyword] = bound
+        for index, name in enumerate(("min_length", "max_length")):
+            length = getattr(item, name, None)
+            if isinstance(length, int) and not isinstance(length, bool):
+                extra.update((_LENGTHS[kind][index], length) for kind in sized)
+        pattern = getattr(item, "pattern", None)
+        if isinstance(pattern, re.Pattern):
+            pattern = pattern.pattern
+        if isinstance(pattern, str):
+            extra["pattern"] = pattern
+    return {**schema, **extra}
+
+
+def _types(schema: Mapping[str, Any]) -> set[str]:
+    """The JSON types a schema names, in its ``type`` or its ``anyOf`` branches."""
+    kind = schema.get("type")
+    found = {kind} if isinstance(kind, str) else set(kind) if isinstance(kind, list) else set()
+    for branch in schema.get("anyOf", ()):
+        if isinstance(branch, Mapping):
+            found |= _types(branch)
+    return found
+
+
+def _json_number(value: Any) -> int | float | None:
+    """A bound as a JSON number (a ``Decimal`` or ``Fraction`` too); ``None`` if it is none."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real | decimal.Decimal):
+        return None
+    if isinstance(value, int):
+        return value
+    number = float(value)
+    if not math.isfinite(number):
+        return None
+    if isinstance(value, float) or not number.is_integer():
+        return number
+    return int(number)  # a whole Decimal or Fraction
