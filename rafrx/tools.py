@@ -46,9 +46,10 @@ loop. Definitions serialize to each provider's request format
 
 The parts live in private modules with one job each: ``rafrx._docstrings``
 (description and parameters), ``rafrx._schema`` (schemas and converters from
-type hints), ``rafrx._constraints`` (``Annotated`` metadata), ``rafrx._pydantic``
-(pydantic models and fields, when pydantic is in use), ``rafrx._schema_check`` (validation), ``rafrx._strict`` (OpenAI's
-strict mode), ``rafrx._call`` (running sync or async functions) and
+type hints), ``rafrx._constraints`` (``Annotated`` metadata),
+``rafrx._pydantic`` (pydantic models and fields, when pydantic is in use),
+``rafrx._schema_check`` (validation), ``rafrx._strict`` (OpenAI's strict
+mode), ``rafrx._call`` (running sync or async functions) and
 ``rafrx._tool_result`` (:func:`format_result`).
 """  # noqa: E501
 
