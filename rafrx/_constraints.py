@@ -17,13 +17,14 @@ from __future__ import annotations
 import decimal
 import math
 import numbers
+import operator
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from rafrx._pydantic import field_info
 
-__all__ = ["annotated_schema"]
+__all__ = ["annotated_schema", "bounded"]
 
 # Bound attributes of ``Annotated`` metadata (annotated_types, pydantic's Field) and
 # their JSON Schema keywords; lengths are in ``_LENGTHS``, for each type.
@@ -39,6 +40,53 @@ _LENGTHS = {
     "array": ("minItems", "maxItems"),
     "object": ("minProperties", "maxProperties"),
 }
+
+
+# The order bounds, as the converter checks those with no JSON number (a date).
+_ORDERS: dict[str, tuple[Callable[[Any, Any], bool], str]] = {
+    "gt": (operator.gt, "after"),
+    "ge": (operator.ge, "at least"),
+    "lt": (operator.lt, "before"),
+    "le": (operator.le, "at most"),
+}
+
+
+def bounded(convert: Callable[[Any], Any], metadata: Iterable[Any]) -> Callable[[Any], Any]:
+    """``convert``, then a check of the order bounds the schema cannot carry (a date's:
+    ``Field(ge=date(2024, 1, 1))``); ``convert`` itself when there are none.
+
+    Example:
+        >>> import annotated_types, datetime
+        >>> after_2024 = bounded(datetime.date.fromisoformat, [annotated_types.Ge(datetime.date(2024, 1, 1))])
+        >>> after_2024("1999-12-31")
+        Traceback (most recent call last):
+        ...
+        ValueError: expected at least 2024-01-01, got 1999-12-31
+    """  # noqa: E501
+    checks = [
+        (holds, bound, words)
+        for item in _flat(metadata)
+        for name, (holds, words) in _ORDERS.items()
+        if (bound := getattr(item, name, None)) is not None and _json_number(bound) is None
+    ]
+    if not checks:
+        return convert
+
+    def checked(value: Any) -> Any:
+        converted = convert(value)
+        for holds, bound, words in checks:
+            if not holds(converted, bound):
+                raise ValueError(f"expected {words} {bound}, got {converted}")
+        return converted
+
+    return checked
+
+
+def _flat(metadata: Iterable[Any]) -> Iterator[Any]:
+    """The metadata, with each pydantic ``Field()``'s own metadata in its place."""
+    for item in metadata:
+        field = field_info(item)
+        yield from (field.metadata if field is not None else (item,))
 
 
 def annotated_schema(schema: dict[str, Any], metadata: Iterable[Any]) -> dict[str, Any]:

@@ -40,7 +40,7 @@ from typing import Annotated, Any, Literal, TypeAlias, Union
 
 import attrs
 
-from rafrx._constraints import annotated_schema
+from rafrx._constraints import annotated_schema, bounded
 from rafrx._docstrings import parse_docstring
 from rafrx._pydantic import field_info, is_pydantic_class, pydantic_schema
 from rafrx._schema_check import check, json_equal, json_type, show
@@ -99,7 +99,7 @@ def type_schema(hint: Any, seen: tuple[type, ...] = ()) -> tuple[dict[str, Any],
         return {}, _identity
     if origin is Annotated:
         schema, convert = type_schema(args[0], seen)
-        return annotated_schema(schema, args[1:]), convert
+        return annotated_schema(schema, args[1:]), bounded(convert, args[1:])
     if hint is None or hint is type(None):
         return {"type": "null"}, _identity
     if hint is bool:

@@ -152,7 +152,7 @@ def check(schema: Mapping[str, Any] | bool, value: Any, path: str) -> str | None
         return _check_array(schema, value, path)
     if isinstance(value, Mapping):
         errors = check_object(schema, value, path)
-        return errors[0] if errors else None
+        return "; ".join(errors) if errors else None  # every problem, as at the top
     return None
 
 

@@ -45,8 +45,14 @@ def without_nulls(schema: Mapping[str, Any] | bool, value: Any) -> Any:
     properties let through (so that their defaults apply), at any depth."""
     if not isinstance(schema, Mapping):
         return value
-    if "anyOf" in schema:  # ``Point | None``: the branch for the value's kind
-        schema = next((b for b in schema["anyOf"] if _holds(b, value)), schema)
+    branches = [*schema.get("anyOf", ()), *schema.get("oneOf", ())]
+    if branches:  # ``Point | None``, ``Cat | Dog``: the branch the value fits, nulls dropped
+        fitting = [b for b in branches if _holds(b, value)]
+        for branch in fitting:
+            stripped = without_nulls(branch, value)
+            if check(branch, stripped, "") is None:
+                return stripped
+        schema = fitting[0] if fitting else schema
     if isinstance(value, Mapping):
         properties = schema.get("properties", {})
         required = set(schema.get("required", ()))

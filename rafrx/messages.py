@@ -278,7 +278,9 @@ class ChatMessage:
         assistant becomes a call with no id, the ``function`` message
         answering it a TOOL message with its ``name`` and no ``tool_call_id``;
         a call's ``extra_content`` is kept in ``provider_data``
-        (:data:`OPENAI_CALL_EXTRA`); :meth:`to_openai` sends all of it back as it came, and
+        (:data:`OPENAI_CALL_EXTRA`), a custom tool's call (``type: "custom"``)
+        has the arguments ``{"input": text}`` and a :data:`CUSTOM_TOOL_CALL_REF`;
+        :meth:`to_openai` sends all of it back as it came, and
         :func:`with_call_ids` pairs them for the other wire formats.
 
         Example:
@@ -298,6 +300,13 @@ class ChatMessage:
         provider_data: dict[str, Any] = {}
         if extras:
             provider_data[OPENAI_CALL_EXTRA] = copy.deepcopy(extras)
+        customs = tuple(  # as the stream marks them, for to_openai and the Responses API
+            {"type": CUSTOM_TOOL_CALL_REF, "call_id": c["id"]}
+            for c in calls or ()
+            if isinstance(c, Mapping) and c.get("id") and isinstance(c.get("custom"), Mapping)
+        )
+        if customs:
+            provider_data[OPENAI_REASONING] = customs
         if data.get("reasoning_details"):  # OpenRouter's, as to_openai sends them
             details = copy.deepcopy(list(data["reasoning_details"]))
             provider_data[REASONING_DETAILS] = ({"type": REASONING_DETAILS, "details": details},)
@@ -527,6 +536,11 @@ def _text_of(content: Any) -> str:
 
 
 def _call_from_openai(data: Mapping[str, Any]) -> ToolCall:
+    custom = data.get("custom")
+    if isinstance(custom, Mapping):  # a custom tool's call: its free-form input
+        return ToolCall(
+            data.get("id") or "", custom.get("name") or "", {"input": custom.get("input") or ""}
+        )
     function = data.get("function") or {}
     raw = function.get("arguments")
     if raw is None or isinstance(raw, str):
@@ -802,7 +816,8 @@ def from_anthropic(
 
     The inverse of :func:`to_anthropic`: tool_result blocks become one TOOL
     message each (followed by a user message with any text sent beside them),
-    thinking blocks go back into ``provider_data``. A ``system`` given as a
+    an assistant's thinking and server-tool blocks go back into
+    ``provider_data``, where they stood. A ``system`` given as a
     list of text blocks (as for prompt caching) becomes one system message of
     their texts, a blank line apart (as :func:`to_anthropic` joins them).
 
@@ -840,7 +855,7 @@ def from_anthropic(
             for b in content
             if b.get("type") == "tool_use"
         ]
-        thinking = _thinking_of(content)
+        thinking = _thinking_of(content) if msg["role"] == "assistant" else ()
         reasoning = "".join(b.get("thinking", "") for b in thinking) or None
         out.append(
             ChatMessage(
@@ -855,17 +870,18 @@ def from_anthropic(
 
 
 def _thinking_of(content: Sequence[Mapping[str, Any]]) -> tuple[dict[str, Any], ...]:
-    """A wire message's thinking blocks, with :data:`TEXT_REF` / :data:`TOOL_USE_REF`
-    blocks for the text and calls among them when it thought between them."""
-    thinking = ("thinking", "redacted_thinking")
+    """An assistant wire message's thinking blocks and server tools' blocks (any block
+    but text and tool_use), with :data:`TEXT_REF` / :data:`TOOL_USE_REF` blocks for
+    the text and calls among them when they stood between them."""
     kinds = [b.get("type") for b in content]
-    if not any(k in thinking for k in kinds):
+    is_kept = [k not in ("text", "tool_use") for k in kinds]
+    if not any(is_kept):
         return ()
-    first_other = next((i for i, k in enumerate(kinds) if k not in thinking), len(kinds))
-    interleaved = any(k in thinking for k in kinds[first_other:])
+    first_other = is_kept.index(False) if False in is_kept else len(kinds)
+    interleaved = any(is_kept[first_other:])
     kept: list[dict[str, Any]] = []
-    for block, kind in zip(content, kinds, strict=True):
-        if kind in thinking:
+    for block, kind, keep in zip(content, kinds, is_kept, strict=True):
+        if keep:
             kept.append(dict(block))
         elif interleaved and kind == "text":
             kept.append({"type": TEXT_REF, "chars": len(block.get("text", ""))})

@@ -136,7 +136,11 @@ class Converter:
     def step(self, update: u.AgentResponseUpdate) -> Sequence[AgentResponseResult]:
         if type(update) is u.ToolCallDelta:
             run = self._by_index.get(update.index)
-            if run is not None and not update.name:  # (another id: still the index's call)
+            if (
+                run is not None
+                and not update.name
+                and (update.arguments_delta or not update.id or update.id == run.call_id)
+            ):  # (arguments under another id: still the index's call, see LegacyDeltaSplitter)
                 delta = update.arguments_delta
                 return run.fragment(delta) or self._arguments(run.call_id, delta)
             call_id = self._split.continued_call(update)

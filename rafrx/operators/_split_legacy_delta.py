@@ -50,12 +50,13 @@ class _Slot:
         changes), or the same name again with arguments that start a new
         object after a complete one (a provider that sends every call whole at
         index 0 without ids: Ollama, Gemini adapters calling one function
-        twice). A nameless delta of a named call with another id goes on with
-        it, as its index says and openai-python merges (Poolside's).
+        twice). A nameless delta of a named call that brings arguments under
+        another id goes on with it, as its index says and openai-python merges
+        (Poolside's); one that brings the id alone announces the next call.
         """
         new_id = bool(delta.id and self.wire_id and delta.id != self.wire_id)
         return bool(
-            (new_id and (delta.name or not self.started))
+            (new_id and (delta.name or not self.started or not delta.arguments_delta))
             or (
                 delta.name
                 and self.name is not None
@@ -126,7 +127,7 @@ class LegacyDeltaSplitter:
         slot = self._slots.get(delta.index)
         if slot is None or not slot.started:
             return None
-        if delta.name:
+        if delta.name or (delta.id and delta.id != slot.wire_id and not delta.arguments_delta):
             return None  # maybe a new call: step() decides
         return slot.id
 

@@ -66,6 +66,7 @@ import msgspec
 from rafrx import response
 from rafrx.errors import IncompleteStream
 from rafrx.messages import CUSTOM_TOOL_CALL_REF, REASONING_DETAILS, THINKING_BLOCKS
+from rafrx.operators._split_legacy_delta import new_call_id
 from rafrx.response import FinishReason
 from rafrx.sources.dialects._common import (
     CUSTOM_INPUT_HEAD,
@@ -255,7 +256,7 @@ class OpenAIChatDialect:
         self._next_index = 0  # the next free wire index
         self._last_index: int | None = None
         self._ids: dict[str, int] = {}  # tool call id → index, for index-less entries
-        self._custom: set[int] = set()  # the indexes of open custom (free-form) tool calls
+        self._custom: dict[int, str] = {}  # index → id of the open custom (free-form) calls
         self._thinking = _ThinkingBlocks()  # LiteLLM's
         self._details: dict[tuple[str | None, int | None], _Detail] = {}  # OpenRouter's
         self._cited: set[str] = set()  # the URLs of top-level citations sent
@@ -347,6 +348,8 @@ class OpenAIChatDialect:
             for call in delta.tool_calls or ():
                 if call.index is not None and call.index < 0:
                     raise malformed(event, f"invalid tool call index {call.index!r}")
+                if self._custom and call.function is not None:  # as _tool_calls does
+                    self._close_custom(call.index, out)
                 function = call.function or _NO_FUNCTION
                 update = self._delta(
                     call.index, call.id or None, function.name or None, function.arguments or ""
@@ -375,9 +378,11 @@ class OpenAIChatDialect:
     def _end(self) -> list[AgentResponseUpdate]:
         """The updates at the end of the response: the end of custom calls' arguments,
         OpenRouter's reasoning details, if any, then the ``Finish``."""
-        out: list[AgentResponseUpdate] = [
-            ToolCallDelta(index, None, None, CUSTOM_INPUT_TAIL) for index in sorted(self._custom)
-        ]
+        out: list[AgentResponseUpdate] = []
+        finish = self._finish_update(FinishReason.OTHER)
+        if finish.finish_reason in (FinishReason.STOP, FinishReason.TOOL_CALLS):
+            for index in sorted(self._custom):  # (else cut short: left open, as it came)
+                out.append(ToolCallDelta(index, None, None, CUSTOM_INPUT_TAIL))
         self._custom.clear()
         if self._thinking.blocks:
             blocks = self._thinking.merged()
@@ -389,7 +394,7 @@ class OpenAIChatDialect:
             out.append(
                 ReasoningDelta("", provider_data={"type": REASONING_DETAILS, "details": details})
             )
-        out.append(self._finish_update(FinishReason.OTHER))
+        out.append(finish)
         return out
 
     def _add_details(self, event: ServerSentEvent, details: list[Any]) -> str:
@@ -507,6 +512,8 @@ class OpenAIChatDialect:
             if call.get("custom") is not None:
                 self._custom_call(event, call, out)
                 continue
+            if self._custom and call.get("function") is not None:  # at its index: its end
+                self._close_custom(self._wire_index(event, call), out)
             update = self._tool_call(event, call)
             if update is not None:
                 out.append(update)
@@ -545,24 +552,33 @@ class OpenAIChatDialect:
         self, event: ServerSentEvent, call: dict[str, Any], out: list[AgentResponseUpdate]
     ) -> None:
         """A piece of a custom tool's call (``custom: {name, input}``): its arguments are
-        ``{"input": text}``, closed at the end of the response (see :meth:`_end`)."""
+        ``{"input": text}``, closed when another call takes its index or at the end
+        of a response that ends well (see :meth:`_end`)."""
         custom = get_object(event, call, "custom") or {}
         name = as_str(custom.get("name"))
+        call_id = as_str(call.get("id"))
         text = json_escaped(as_str(custom.get("input")) or "")
         index = self._wire_index(event, call)
-        if name is not None:  # a new call: the one at its index before it is over
-            if index is not None and index in self._custom:
-                out.append(ToolCallDelta(index, None, None, CUSTOM_INPUT_TAIL))
+        if name is not None and index in self._custom:
+            if call_id in (None, self._custom[index]):  # its id and name again (Fireworks)
+                name = None
+            else:  # a new call: the one at its index before it is over
+                self._close_custom(index, out)
+        if name is not None:
+            call_id = call_id or new_call_id()  # (to be marked, and answered, as custom)
             text = CUSTOM_INPUT_HEAD + text
-        update = self._delta(index, as_str(call.get("id")), name, text)
+        update = self._delta(index, call_id, name, text)
         if update is None:
             return
         out.append(update)
         if name is not None:
-            self._custom.add(update.index)
-            if update.id is not None:  # goes back as a custom tool's call
-                ref = {"type": CUSTOM_TOOL_CALL_REF, "call_id": update.id}
-                out.append(ReasoningDelta("", provider_data=ref))
+            self._custom[update.index] = str(call_id)
+            ref = {"type": CUSTOM_TOOL_CALL_REF, "call_id": call_id}
+            out.append(ReasoningDelta("", provider_data=ref))
+
+    def _close_custom(self, index: int | None, out: list[AgentResponseUpdate]) -> None:
+        if index is not None and self._custom.pop(index, None) is not None:
+            out.append(ToolCallDelta(index, None, None, CUSTOM_INPUT_TAIL))
 
     def _wire_index(self, event: ServerSentEvent, call: dict[str, Any]) -> int | None:
         raw_index = call.get("index")

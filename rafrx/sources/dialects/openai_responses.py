@@ -134,9 +134,11 @@ class OpenAIResponsesDialect:
         "_annotations",
         "_calls",
         "_done",
+        "_finished_at",
         "_finished_messages",
         "_meta_sent",
         "_reasoned",
+        "_reasoned_at",
         "_reasoning_finals",
         "_reasoning_streamed",
         "_streamed_text",
@@ -150,6 +152,8 @@ class OpenAIResponsesDialect:
         self._streamed_text = False  # a text delta came: the .done events repeat it
         self._texted: set[str | None] = set()  # the message items whose text was sent
         self._texted_at: set[int] = set()  # and their output indexes
+        self._finished_at: set[int] = set()  # the output indexes of the message items done
+        self._reasoned_at: set[int] = set()  # those of the items whose reasoning was sent
         self._reasoning_streamed: set[str | None] = set()  # items whose reasoning had deltas
         self._reasoning_finals: set[str | None] = set()  # items whose .done text was sent
         self._finished_messages: set[str] = set()  # the message items done
@@ -238,6 +242,7 @@ class OpenAIResponsesDialect:
 
     def _reasoning(self, event: ServerSentEvent, data: dict[str, Any]) -> list[AgentResponseUpdate]:
         self._reasoning_streamed.add(as_str(data.get("item_id")))
+        self._reasoned_at.update(_index_of(data))
         delta = as_str(data.get("delta"))
         return [] if delta is None else [ReasoningDelta(delta)]
 
@@ -248,15 +253,22 @@ class OpenAIResponsesDialect:
         item_id = as_str(data.get("item_id"))
         if item_id in self._reasoning_streamed or None in self._reasoning_streamed:
             return []
+        if item_id not in self._reasoning_finals and self._reasoned_at & set(_index_of(data)):
+            return []  # another id for an item whose reasoning came (mistral.rs)
         self._reasoning_finals.add(item_id)
+        self._reasoned_at.update(_index_of(data))
         text = as_str(data.get("text"))
         return [ReasoningDelta(text)] if text else []
 
-    def _reasoning_of(self, event: ServerSentEvent, item: dict[str, Any]) -> list[ReasoningDelta]:
+    def _reasoning_of(
+        self, event: ServerSentEvent, item: dict[str, Any], index: Any
+    ) -> list[ReasoningDelta]:
         """The text of a finished reasoning item none of whose text came before."""
         item_id = as_str(item.get("id"))
         sent = self._reasoning_streamed | self._reasoning_finals
         if item_id in sent or None in self._reasoning_streamed:
+            return []
+        if self._reasoned_at & set(_index_of({"output_index": index})):
             return []
         parts = [*get_list(event, item, "summary"), *get_list(event, item, "content")]
         text = "".join(as_str(p.get("text")) or "" for p in parts if isinstance(p, dict))
@@ -350,15 +362,18 @@ class OpenAIResponsesDialect:
             return out
         if kind == "reasoning" and item_id is not None:
             self._reasoned = True  # the items after it go back paired with it, by id
-            return [*self._reasoning_of(event, item), ReasoningDelta("", provider_data=item)]
+            reasoning = self._reasoning_of(event, item, data.get("output_index"))
+            return [*reasoning, ReasoningDelta("", provider_data=item)]
         if kind in OPENAI_SERVER_TOOL_ITEMS and item_id is not None:
             return [ReasoningDelta("", provider_data=item)]  # to go back, in its place
         if kind == "mcp_approval_request" and item_id is not None:
             return [self._approval_request(item_id, item)]
         if kind == "message" and item_id is not None:
-            if item_id in self._finished_messages:
-                return []
+            at = _index_of(data)
+            if item_id in self._finished_messages or self._finished_at & set(at):
+                return []  # (done already, maybe under another id: mistral.rs)
             self._finished_messages.add(item_id)
+            self._finished_at.update(at)
             out = []
             text: list[str] = []
             for index, part in enumerate(get_list(event, item, "content")):
@@ -422,12 +437,14 @@ class OpenAIResponsesDialect:
         body = get_object(event, data, "response") or {}
         self._done = True
         out: list[AgentResponseUpdate] = []
+        cut = body.get("status") == "incomplete"  # (vLLM's way to say response.incomplete)
+        finished = ("message",) if cut else (*_CALLS, "message")  # (a cut call stays open)
         for index, item in enumerate(get_list(event, body, "output")):
-            if isinstance(item, dict) and item.get("type") in (*_CALLS, "message"):
+            if isinstance(item, dict) and item.get("type") in finished:
                 # A call or message no output_item event brought (a minimal compatible
                 # server): it is in the final output only, and is delivered from there.
                 out += self._item_done(event, {"item": item, "output_index": index})
-        if body.get("status") == "incomplete":  # (vLLM's way to say response.incomplete)
+        if cut:
             details = get_object(event, body, "incomplete_details") or {}
             reason = FinishReason.from_provider(as_str(details.get("reason")))
         else:
@@ -447,6 +464,12 @@ class OpenAIResponsesDialect:
     def _usage(self, event: ServerSentEvent, body: dict[str, Any]) -> response.Usage | None:
         usage = get_object(event, body, "usage")
         return None if usage is None else responses_usage(usage)
+
+
+def _index_of(data: dict[str, Any]) -> tuple[int, ...]:
+    """The event's ``output_index``, as a tuple of none or one."""
+    index = data.get("output_index")
+    return (index,) if type(index) is int else ()
 
 
 def _uri(annotation: Any) -> Uri | None:
