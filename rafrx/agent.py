@@ -48,7 +48,7 @@ from rafrx._call import call_on
 from rafrx._cycles import Outcome
 from rafrx.errors import MaxStepsExceeded, RafrxError
 from rafrx.history import ContextProvider, HistoryProvider
-from rafrx.messages import ChatMessage, MessageSource, paired
+from rafrx.messages import ChatMessage, MessageSource, is_paused, paired
 from rafrx.operators import convert, execute_tools
 from rafrx.operators._aggregate import ResponseAggregator, collect_agent_response
 from rafrx.operators._execute_tools import Approver, clip
@@ -224,6 +224,10 @@ class Agent:
         next turn waits for it), so history never keeps a call without its
         result.
 
+        An Anthropic call that stops with ``pause_turn`` (the server paused a
+        long turn of its own tools) is sent back as it came, for the model to
+        go on: another LLM call of the turn.
+
         Errors: the client's errors end the turn (nothing is saved);
         :class:`~rafrx.errors.MaxStepsExceeded` after ``max_steps`` LLM
         calls that all called tools. Both carry ``.partial``.
@@ -384,9 +388,10 @@ class _Turn:
         conversation = await self.messages()
         for _ in range(agent.max_steps):
             step = await self.step(conversation)
-            if not any(call.complete for call in step.tool_calls):
+            paused = bool(step.turn_transcript) and is_paused(step.turn_transcript[-1])
+            if not paused and not any(call.complete for call in step.tool_calls):
                 break  # (a call cut short never ran: nothing for the model to read)
-            conversation.extend(step.turn_transcript)
+            conversation.extend(step.turn_transcript)  # (paused: it goes on from there)
         else:
             raise MaxStepsExceeded(
                 f"the model was still calling tools after {agent.max_steps} LLM calls "

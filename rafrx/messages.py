@@ -37,6 +37,7 @@ __all__ = [
     "OPENAI_CALL_EXTRA",
     "OPENAI_REASONING",
     "OPENAI_SERVER_TOOL_ITEMS",
+    "PAUSE_TURN_REF",
     "REASONING_DETAILS",
     "TEXT_REF",
     "THINKING_BLOCKS",
@@ -48,6 +49,7 @@ __all__ = [
     "custom_call_ids",
     "custom_input",
     "from_anthropic",
+    "is_paused",
     "paired",
     "provider_data_of",
     "to_anthropic",
@@ -606,6 +608,11 @@ CUSTOM_TOOL_CALL_REF = "rafrx.custom_tool_call_ref"
 TEXT_REF = "rafrx.text_ref"
 TOOL_USE_REF = "rafrx.tool_use_ref"
 
+#: Type of the ``provider_data`` block (under :data:`ANTHROPIC_THINKING`) marking an
+#: Anthropic message that stopped with ``pause_turn``: the server paused a long turn of
+#: its tools, and :class:`~rafrx.Agent` sends the message back for Claude to go on.
+PAUSE_TURN_REF = "rafrx.pause_turn"
+
 #: ``provider_data`` block type, and key, of OpenRouter's ``reasoning_details`` (the
 #: block's ``details``), which go back on the assistant message in a tool loop.
 REASONING_DETAILS = "openrouter_reasoning_details"
@@ -659,6 +666,13 @@ _BLOCK_KEYS = {
     REASONING_DETAILS: REASONING_DETAILS,
     THINKING_BLOCKS: THINKING_BLOCKS,
 }
+
+
+def is_paused(message: ChatMessage) -> bool:
+    """Whether an Anthropic assistant message stopped with ``pause_turn`` (see
+    :data:`PAUSE_TURN_REF`): it goes back as it is, for the model to go on."""
+    blocks = message.provider_data.get(ANTHROPIC_THINKING, ()) if message.provider_data else ()
+    return any(_block_type(b) == PAUSE_TURN_REF for b in blocks)
 
 
 def custom_call_ids(message: ChatMessage) -> set[str]:
@@ -779,6 +793,8 @@ def _assistant_blocks(msg: ChatMessage, kept: Sequence[Any]) -> list[dict[str, A
             call = calls.pop(block.get("id"), None)
             if call is not None:
                 blocks.append(_tool_use(call))
+        elif kind == PAUSE_TURN_REF:
+            continue  # (rafrx's own mark, not the API's)
         else:
             blocks.append(copy.deepcopy(block))
     if text[at:].strip():  # Anthropic refuses a whitespace-only text block

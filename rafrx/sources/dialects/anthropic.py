@@ -20,7 +20,8 @@
   streamed input, ``web_search_tool_result``, ``mcp_tool_use`` …, any other
   block type), are kept whole, like thinking blocks, as one
   ``ReasoningDelta("", provider_data=block)`` at their end: a paused turn
-  (``pause_turn``) goes back as it came for Claude to go on with it.
+  (``pause_turn``, marked by a ``PAUSE_TURN_REF`` block) goes back as it came
+  for Claude to go on with it.
 * ``message_delta`` carries the stop reason and *cumulative* usage (it
   overwrites, never adds); ``message_stop`` → ``Finish(reason, usage)`` with
   ``prompt_tokens`` = input + cache creation + cache read tokens. A stop
@@ -53,7 +54,7 @@ import msgspec
 
 from rafrx import response
 from rafrx.errors import IncompleteStream
-from rafrx.messages import TEXT_REF, TOOL_USE_REF
+from rafrx.messages import PAUSE_TURN_REF, TEXT_REF, TOOL_USE_REF
 from rafrx.response import FinishReason
 from rafrx.sources.dialects._common import (
     as_int,
@@ -394,6 +395,8 @@ class AnthropicDialect:
         if reason is not None:
             self._stop_reason = reason
         self._add_usage(event, data)
+        if reason == "pause_turn":  # marked, for the agent to send the message back
+            return [ReasoningDelta("", provider_data={"type": PAUSE_TURN_REF})]
         return []
 
     def _message_stop(
