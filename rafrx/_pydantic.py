@@ -32,15 +32,10 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from rafrx._docstrings import parse_docstring
+from rafrx._schema_check import SCHEMA_LISTS, SCHEMA_MAPS, SCHEMA_ONE
 
 __all__ = ["field_info", "is_model", "is_pydantic_class", "pydantic_schema"]
 
-# Keywords whose value is a map of names to schemas, a list of schemas, or one schema.
-_SCHEMA_MAPS = frozenset({"properties", "patternProperties", "dependentSchemas"})
-_SCHEMA_LISTS = frozenset({"anyOf", "allOf", "oneOf", "prefixItems"})
-_SCHEMA_ONE = frozenset(
-    {"items", "additionalProperties", "not", "contains", "propertyNames", "if", "then", "else"}
-)
 # Left out: pydantic's titles, and OpenAPI's discriminator (its mapping names $defs).
 _LEFT_OUT = frozenset({"$ref", "$defs", "title", "discriminator"})
 
@@ -112,11 +107,11 @@ def _inlined(node: Any, defs: Mapping[str, Any], open_refs: tuple[str, ...]) -> 
     for key, value in node.items():
         if key in _LEFT_OUT:
             continue
-        if key in _SCHEMA_MAPS:
+        if key in SCHEMA_MAPS:
             out[key] = {name: _inlined(s, defs, open_refs) for name, s in value.items()}
-        elif key in _SCHEMA_LISTS:
+        elif key in SCHEMA_LISTS:
             out[key] = [_inlined(s, defs, open_refs) for s in value]
-        elif key in _SCHEMA_ONE:
+        elif key in SCHEMA_ONE:
             out[key] = _inlined(value, defs, open_refs)
         else:
             out[key] = value  # a default, an enum, a description: values, not schemas

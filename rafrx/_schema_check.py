@@ -34,9 +34,26 @@ import reprlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["check", "check_object", "json_equal", "json_type", "show"]
+__all__ = [
+    "SCHEMA_LISTS",
+    "SCHEMA_MAPS",
+    "SCHEMA_ONE",
+    "check",
+    "check_object",
+    "json_equal",
+    "json_type",
+    "show",
+]
 
 _SHOWN = 40  # characters of a value an error message shows
+
+# The JSON Schema keywords whose value is a map of names to schemas, a list of
+# schemas, or one schema: where a schema's subschemas are.
+SCHEMA_MAPS = frozenset({"properties", "patternProperties", "dependentSchemas"})
+SCHEMA_LISTS = frozenset({"anyOf", "allOf", "oneOf", "prefixItems"})
+SCHEMA_ONE = frozenset(
+    {"items", "additionalProperties", "not", "contains", "propertyNames", "if", "then", "else"}
+)
 
 
 def json_type(value: Any) -> str:

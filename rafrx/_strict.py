@@ -22,11 +22,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from rafrx._schema_check import check
+from rafrx._schema_check import SCHEMA_LISTS, check
 
 __all__ = ["strict_schema", "without_nulls"]
-
-_SCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
 
 
 def strict_schema(schema: Mapping[str, Any]) -> dict[str, Any]:
@@ -88,7 +86,7 @@ def _strict(node: Any, path: str) -> Any:
     if not isinstance(node, Mapping):
         return node  # False
     out = {key: value for key, value in node.items() if key != "default"}
-    for key in _SCHEMA_LISTS:
+    for key in SCHEMA_LISTS:
         if key in out:
             out[key] = [_strict(part, path) for part in out[key]]
     if "items" in out and out["items"] is not False:

@@ -261,14 +261,15 @@ class OpenAIResponsesDialect:
         return [ReasoningDelta(text)] if text else []
 
     def _reasoning_of(
-        self, event: ServerSentEvent, item: dict[str, Any], index: Any
+        self, event: ServerSentEvent, item: dict[str, Any], data: dict[str, Any]
     ) -> list[ReasoningDelta]:
-        """The text of a finished reasoning item none of whose text came before."""
+        """The text of a finished reasoning ``item`` (of the event ``data``) none of
+        whose text came before."""
         item_id = as_str(item.get("id"))
         sent = self._reasoning_streamed | self._reasoning_finals
         if item_id in sent or None in self._reasoning_streamed:
             return []
-        if self._reasoned_at & set(_index_of({"output_index": index})):
+        if self._reasoned_at & set(_index_of(data)):
             return []
         parts = [*get_list(event, item, "summary"), *get_list(event, item, "content")]
         text = "".join(as_str(p.get("text")) or "" for p in parts if isinstance(p, dict))
@@ -362,7 +363,7 @@ class OpenAIResponsesDialect:
             return out
         if kind == "reasoning" and item_id is not None:
             self._reasoned = True  # the items after it go back paired with it, by id
-            reasoning = self._reasoning_of(event, item, data.get("output_index"))
+            reasoning = self._reasoning_of(event, item, data)
             return [*reasoning, ReasoningDelta("", provider_data=item)]
         if kind in OPENAI_SERVER_TOOL_ITEMS and item_id is not None:
             return [ReasoningDelta("", provider_data=item)]  # to go back, in its place
