@@ -24,6 +24,7 @@ import attrs
 from yarl import URL
 
 from rafrx import content, updates
+from rafrx.messages import TEXT_REF
 from rafrx.response import AgentResponseResult
 
 #: What a secret becomes in recorded text.
@@ -415,6 +416,7 @@ class DeltaRedactor:
         self._secrets = tuple(s for s in secrets if s)
         self._queue: deque[_Held] = deque()
         self._channels: dict[_Channel, _Pending] = {}
+        self._text_refs = _TextRefs()
 
     def push(self, stamp: Any, item: Any) -> list[tuple[Any, Any]]:
         """Take ``item``; return the items that are ready, oldest first."""
@@ -488,6 +490,59 @@ class DeltaRedactor:
             item = held.item
             if held.texts:
                 texts = [t for t in held.texts if t is not None]
+                self._text_refs.passed(_pieces(item), texts)
                 item = _with_pieces(item, texts)
-            out.append((held.stamp, item))
+            out.append((held.stamp, self._text_refs.recounted(item)))
         return out
+
+
+class _TextRefs:
+    """Recounts the ``chars`` of Anthropic's :data:`~rafrx.messages.TEXT_REF` marks
+    (where each text block stood among server blocks) for the redacted text.
+
+    The marks count the text block by block, in order, and come after the text they
+    count; a block ends with a delta. Only the deltas that redaction lengthened or
+    shortened are remembered.
+    """
+
+    __slots__ = ("_mark", "_shift", "_shifts", "_written")
+
+    def __init__(self) -> None:
+        self._written = 0  # characters of text written out, as streamed
+        self._mark = 0  # where the next mark's text begins, as streamed
+        self._shift = 0  # the redacted text's length less the streamed one's, there
+        self._shifts: deque[tuple[int, int]] = deque()  # (end, shift): since the mark
+
+    def passed(self, pieces: list[tuple[_Channel, str]], texts: list[str]) -> None:
+        """Deltas written out: their streamed and their redacted texts."""
+        for (channel, raw), text in zip(pieces, texts, strict=True):
+            if channel != ("text",):
+                continue
+            self._written += len(raw)
+            if len(text) != len(raw):
+                shift = self._shifts[-1][1] if self._shifts else self._shift
+                self._shifts.append((self._written, shift + len(text) - len(raw)))
+
+    def recounted(self, item: Any) -> Any:
+        """``item``, a text mark in it counting the redacted text."""
+        if isinstance(item, AgentResponseResult):
+            contents = [self.recounted(c) for c in item.contents]
+            changed = any(a is not b for a, b in zip(contents, item.contents, strict=True))
+            return attrs.evolve(item, contents=contents) if changed else item
+        if not isinstance(item, updates.ReasoningDelta | content.ReasoningContent):
+            return item
+        mark = item.provider_data
+        if not isinstance(mark, Mapping) or mark.get("type") != TEXT_REF:
+            return item
+        chars = mark.get("chars")
+        if type(chars) is not int:
+            return item
+        self._mark += chars
+        shift = self._shift
+        while self._shifts and self._shifts[0][0] <= self._mark:
+            shift = self._shifts.popleft()[1]
+        if shift == self._shift:
+            return item
+        mark = {**mark, "chars": chars + shift - self._shift}
+        self._shift = shift
+        return attrs.evolve(item, provider_data=mark)

@@ -386,6 +386,7 @@ class _Turn:
     async def loop(self) -> None:
         agent = self.agent
         conversation = await self.messages()
+        paused = False
         for _ in range(agent.max_steps):
             step = await self.step(conversation)
             paused = bool(step.turn_transcript) and is_paused(step.turn_transcript[-1])
@@ -393,9 +394,11 @@ class _Turn:
                 break  # (a call cut short never ran: nothing for the model to read)
             conversation.extend(step.turn_transcript)  # (paused: it goes on from there)
         else:
+            doing = (
+                "the server had paused the turn" if paused else "the model was still calling tools"
+            )
             raise MaxStepsExceeded(
-                f"the model was still calling tools after {agent.max_steps} LLM calls "
-                f"(max_steps={agent.max_steps})"
+                f"{doing} after {agent.max_steps} LLM calls (max_steps={agent.max_steps})"
             )
         if agent.history is not None:
             await _settled(agent._saving)  # one save at a time: rows never interleave

@@ -289,4 +289,5 @@ class ToolExecutionError(ToolError):
 
 
 class MaxStepsExceeded(RafrxError):
-    """An agent turn was still calling tools after ``max_steps`` LLM calls."""
+    """An agent turn had not ended after ``max_steps`` LLM calls: the model was still
+    calling tools, or the server had paused its turn (Anthropic's ``pause_turn``)."""

@@ -898,7 +898,7 @@ def _thinking_of(content: Sequence[Mapping[str, Any]]) -> tuple[dict[str, Any], 
     kept: list[dict[str, Any]] = []
     for block, kind, keep in zip(content, kinds, is_kept, strict=True):
         if keep:
-            kept.append(dict(block))
+            kept.append(copy.deepcopy(dict(block)))
         elif interleaved and kind == "text":
             kept.append({"type": TEXT_REF, "chars": len(block.get("text", ""))})
         elif interleaved and kind == "tool_use":

@@ -84,6 +84,11 @@ def _preview(item: Any) -> str:
     return text if len(text) <= 160 else text[:157] + "…"
 
 
+def _is_rafrx_mark(block: Any) -> bool:
+    """Whether a provider block is one of rafrx's own marks (``rafrx.text_ref`` …)."""
+    return isinstance(block, dict) and str(block.get("type", "")).startswith("rafrx.")
+
+
 def marks(timed: list[tuple[float, Any]], end: float | None) -> list[Mark]:
     """The marks of ``timed`` items (updates converted), in arrival order.
 
@@ -103,7 +108,11 @@ def marks(timed: list[tuple[float, Any]], end: float | None) -> list[Mark]:
             call_id = getattr(part, "call_id", None)
             if isinstance(part, c.ToolCallStartContent | c.ToolCallingContent):
                 names.setdefault(part.call_id, part.name)
-            if call_id is not None:
+            if isinstance(part, c.ReasoningContent) and not part.text:
+                if _is_rafrx_mark(part.provider_data):
+                    continue  # (where a block stood, for the message sent back: not shown)
+                lane = label = "events"  # a block carried whole (a signature, a server tool's)
+            elif call_id is not None:
                 lane = f"call:{call_id}"
                 label = f"{names.get(call_id, 'tool')} · {call_id}"
             elif kind in _KIND_LANES:

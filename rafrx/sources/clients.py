@@ -540,7 +540,8 @@ class OpenAIChatClient(LLMClient):
     past turn's reasoning back, ``"reasoning_content"`` by default (DeepSeek's,
     which refuses a tool loop without it; Kimi and Qwen read it too),
     ``"reasoning"`` (Ollama's), or ``None`` to send no reasoning, nor OpenRouter's
-    ``reasoning_details`` (a server that refuses unknown fields, such as StepFun's).
+    ``reasoning_details`` or LiteLLM's ``thinking_blocks`` (a server that refuses
+    unknown fields, such as StepFun's).
 
     Example:
         >>> client = OpenAIChatClient("http://127.0.0.1:1", model="m", reasoning_field=None)
@@ -574,6 +575,7 @@ class OpenAIChatClient(LLMClient):
                 reasoning = message.pop("reasoning_content", None)
                 if self.reasoning_field is None:
                     message.pop("reasoning_details", None)
+                    message.pop("thinking_blocks", None)
                 elif reasoning is not None:
                     message[self.reasoning_field] = reasoning
         payload: dict[str, Any] = {
