@@ -17,37 +17,22 @@ from __future__ import annotations
 import decimal
 import math
 import numbers
-import operator
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from rafrx._pydantic import field_info
+from rafrx._schema_check import ORDER_BOUNDS
 
 __all__ = ["annotated_schema", "bounded"]
 
 # Bound attributes of ``Annotated`` metadata (annotated_types, pydantic's Field) and
 # their JSON Schema keywords; lengths are in ``_LENGTHS``, for each type.
-_BOUNDS = {
-    "gt": "exclusiveMinimum",
-    "ge": "minimum",
-    "lt": "exclusiveMaximum",
-    "le": "maximum",
-    "multiple_of": "multipleOf",
-}
+_BOUNDS = {name: keyword for keyword, name, _, _ in ORDER_BOUNDS} | {"multiple_of": "multipleOf"}
 _LENGTHS = {
     "string": ("minLength", "maxLength"),
     "array": ("minItems", "maxItems"),
     "object": ("minProperties", "maxProperties"),
-}
-
-
-# The order bounds, as the converter checks those with no JSON number (a date).
-_ORDERS: dict[str, tuple[Callable[[Any, Any], bool], str]] = {
-    "gt": (operator.gt, "after"),
-    "ge": (operator.ge, "at least"),
-    "lt": (operator.lt, "before"),
-    "le": (operator.le, "at most"),
 }
 
 
@@ -66,7 +51,7 @@ def bounded(convert: Callable[[Any], Any], metadata: Iterable[Any]) -> Callable[
     checks = [
         (holds, bound, words)
         for item in _flat(metadata)
-        for name, (holds, words) in _ORDERS.items()
+        for _, name, holds, words in ORDER_BOUNDS
         if (bound := getattr(item, name, None)) is not None and _json_number(bound) is None
     ]
     if not checks:

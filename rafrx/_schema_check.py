@@ -31,8 +31,8 @@ import json
 import operator
 import re
 import reprlib
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Final
 
 __all__ = [
     "SCHEMA_LISTS",
@@ -203,14 +203,19 @@ def check_object(schema: Mapping[str, Any], value: Mapping[str, Any], path: str)
     return errors
 
 
+#: The order bounds: the JSON Schema keyword, the ``Annotated`` metadata attribute that
+#: gives it (annotated_types' ``Ge``, pydantic's ``Field(ge=...)``), the test a value
+#: must pass, and the words of the error when it does not.
+ORDER_BOUNDS: Final[tuple[tuple[str, str, Callable[[Any, Any], bool], str], ...]] = (
+    ("minimum", "ge", operator.ge, "at least"),
+    ("exclusiveMinimum", "gt", operator.gt, "more than"),
+    ("maximum", "le", operator.le, "at most"),
+    ("exclusiveMaximum", "lt", operator.lt, "less than"),
+)
+
+
 def _check_number(schema: Mapping[str, Any], value: float, path: str) -> str | None:
-    bounds = (
-        ("minimum", operator.ge, "at least"),
-        ("exclusiveMinimum", operator.gt, "more than"),
-        ("maximum", operator.le, "at most"),
-        ("exclusiveMaximum", operator.lt, "less than"),
-    )
-    for key, holds, words in bounds:
+    for key, _, holds, words in ORDER_BOUNDS:
         bound: Any = schema.get(key)
         is_number = isinstance(bound, int | float) and not isinstance(bound, bool)
         if is_number and not holds(value, bound):
