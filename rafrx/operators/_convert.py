@@ -160,6 +160,8 @@ class Converter:
         elif type(update) is u.TextDelta:
             return (self._accumulate.text(update.delta),)
         elif type(update) is u.ReasoningDelta:
+            if update.provider_data is not None:
+                update = self._split.named_extra(update)
             return (self._accumulate.reasoning(update),)
         self._by_id.clear()  # the chain may change any call's state
         self._by_index.clear()

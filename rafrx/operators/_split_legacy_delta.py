@@ -12,6 +12,7 @@ from rafrx.typing import Operator
 from rafrx.updates import (
     AgentResponseUpdate,
     Finish,
+    ReasoningDelta,
     ToolCallArgs,
     ToolCallDelta,
     ToolCallEnd,
@@ -115,7 +116,33 @@ class LegacyDeltaSplitter:
             out = self._end_all()
             out.append(update)
             return out
+        if type(update) is ReasoningDelta and update.provider_data is not None:
+            return (self.named_extra(update),)
         return (update,)
+
+    def named_extra(self, update: ReasoningDelta) -> ReasoningDelta:
+        """``update``, a call's extra block that names it by wire index (Gemini's
+        signature on a call that came with no id) naming it by id instead.
+
+        Example:
+            >>> s = LegacyDeltaSplitter()
+            >>> [start] = s.step(ToolCallDelta(0, name="f"))
+            >>> block = {"type": "tool_call_extra", "index": 0, "extra_content": {}}
+            >>> s.named_extra(ReasoningDelta("", provider_data=block)).provider_data["call_id"] == start.id
+            True
+        """  # noqa: E501
+        block = update.provider_data
+        if type(block) is not dict or block.get("type") != "tool_call_extra":
+            return update
+        index = block.get("index")
+        slot = self._slots.get(index) if type(index) is int else None
+        if slot is None:
+            return update
+        if not slot.id:  # (not started yet: the id it will start with)
+            slot.id = new_call_id()
+            slot.generated = True
+        named = {k: v for k, v in block.items() if k != "index"} | {"call_id": slot.id}
+        return ReasoningDelta(update.delta, provider_data=named)
 
     def continued_call(self, delta: ToolCallDelta) -> str | None:
         """The id of the started call that ``delta`` merely continues, else None.

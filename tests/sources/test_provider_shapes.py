@@ -18,6 +18,7 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
+import pytest
 from anthropic._models import construct_type as anthropic_construct
 from anthropic._streaming import SSEDecoder as AnthropicSSEDecoder
 from anthropic.lib.streaming._messages import accumulate_event
@@ -258,6 +259,55 @@ def test_chat_gemini_thought_signature_on_a_tool_call_goes_back() -> None:
     assert response.tool_calls == (ToolCall("function-call-1", "get_weather", {"city": "Paris"}),)
     sent_back = response.turn_transcript[-1].to_openai()["tool_calls"][0]
     assert sent_back.get("extra_content") == {"google": {"thought_signature": signature}}
+
+
+@pytest.mark.parametrize("fused", [True, False], ids=["convert", "operators"])
+@pytest.mark.parametrize("signed", [0, 1], ids=["signed-first", "signed-later"])
+def test_chat_gemini_signature_on_calls_without_ids_goes_back_on_each(
+    fused: bool, signed: int
+) -> None:
+    """An adapter that streams Gemini's calls with no ids: each call gets an id of
+    rafrx's, and its signature (on its first delta or a later one) goes back on it."""
+    signatures = ["c2lnLW9uZQ==", "c2lnLXR3bw=="]
+    pieces = [
+        [
+            {"index": i, "function": {"name": "get_weather", "arguments": '{"city":'}},
+            {"index": i, "function": {"arguments": f'"{city}"}}'}},
+        ]
+        for i, city in enumerate(["Paris", "Oslo"])
+    ]
+    for i, signature in enumerate(signatures):
+        pieces[i][signed]["extra_content"] = {"google": {"thought_signature": signature}}
+    body = sse(
+        ch({"role": "assistant"}),
+        *(tc(piece) for call in pieces for piece in call),
+        ch({}, "tool_calls"),
+        "[DONE]",
+    )
+    if fused:
+        response = aggregate(body)
+    else:
+        response = (
+            from_sse(body, "openai-chat")
+            .pipe(
+                ops.split_legacy_delta(),
+                ops.accumulate_tool_calls(),
+                ops.parse_args_stream(),
+                ops.flush_tool_calls(),
+                ops.aggregate(),
+            )
+            .run()
+        )
+    assert [(c.name, c.arguments) for c in response.tool_calls] == [
+        ("get_weather", {"city": "Paris"}),
+        ("get_weather", {"city": "Oslo"}),
+    ]
+    assert all(c.id.startswith("call_") for c in response.tool_calls)
+    sent_back = response.turn_transcript[-1].to_openai()["tool_calls"]
+    assert [call["id"] for call in sent_back] == [c.id for c in response.tool_calls]
+    assert [call.get("extra_content") for call in sent_back] == [
+        {"google": {"thought_signature": s}} for s in signatures
+    ]
 
 
 def test_chat_vllm_error_chunk_before_any_token_is_typed_and_retryable() -> None:

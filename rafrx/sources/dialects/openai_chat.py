@@ -19,7 +19,9 @@ OpenAI-compatible endpoint, Mistral, vLLM, llama.cpp, xAI, Writer and others:
   back as a custom call. The deprecated
   ``delta.function_call`` is the call at index 0. A call's ``extra_content``
   (Gemini's ``thought_signature``, which must go back with the call) →
-  ``ReasoningDelta("", provider_data={"type": "tool_call_extra", ...})``;
+  ``ReasoningDelta("", provider_data={"type": "tool_call_extra", ...})``, with
+  the call's ``call_id``, or its ``index`` when it has no id yet (the id
+  :func:`~rafrx.operators.split_legacy_delta` gives it goes there);
 * LiteLLM's ``delta.thinking_blocks`` (Claude's signed thinking), merged into
   their blocks and sent at the end as ``ReasoningDelta("",
   provider_data={"type": THINKING_BLOCKS, ...})``: they go back on the
@@ -518,8 +520,10 @@ class OpenAIChatDialect:
             if update is not None:
                 out.append(update)
             extra = call.get("extra_content")
-            if extra is not None and update is not None and update.id is not None:
-                block = {"type": "tool_call_extra", "call_id": update.id, "extra_content": extra}
+            if extra is not None and update is not None:
+                # (a call with no id yet: split_legacy_delta names the call at that index)
+                ref = ("call_id", update.id) if update.id is not None else ("index", update.index)
+                block = {"type": "tool_call_extra", ref[0]: ref[1], "extra_content": extra}
                 out.append(ReasoningDelta("", provider_data=block))
 
     def _content_parts(
