@@ -48,7 +48,7 @@ from rafrx._call import call_on
 from rafrx._cycles import Outcome
 from rafrx.errors import MaxStepsExceeded, RafrxError
 from rafrx.history import ContextProvider, HistoryProvider
-from rafrx.messages import ChatMessage, MessageSource, is_paused, paired
+from rafrx.messages import ChatMessage, MessageSource, answers_approvals, is_paused, paired
 from rafrx.operators import convert, execute_tools
 from rafrx.operators._aggregate import ResponseAggregator, collect_agent_response
 from rafrx.operators._execute_tools import Approver, clip
@@ -271,6 +271,16 @@ class Agent:
         return await collect_agent_response(self.run(message_or_messages), agent_id=self.id)
 
 
+def _goes_on(step: AgentResponse) -> bool:
+    """Whether the server goes on with the turn once the step's messages go back: it
+    paused the turn (Anthropic's ``pause_turn``), or the approver answered its own
+    tools' approval requests (the Responses API's remote MCP tools)."""
+    transcript = step.turn_transcript
+    return bool(transcript) and (
+        is_paused(transcript[-1]) or any(answers_approvals(m) for m in transcript)
+    )
+
+
 async def _to_its_end(save: Awaitable[None], pending: set[asyncio.Future[None]]) -> None:
     """Await a history save to its end, even when the turn is stopped meanwhile.
 
@@ -386,16 +396,18 @@ class _Turn:
     async def loop(self) -> None:
         agent = self.agent
         conversation = await self.messages()
-        paused = False
+        calling = False
         for _ in range(agent.max_steps):
             step = await self.step(conversation)
-            paused = bool(step.turn_transcript) and is_paused(step.turn_transcript[-1])
-            if not paused and not any(call.complete for call in step.tool_calls):
+            calling = any(call.complete for call in step.tool_calls)
+            if not calling and not _goes_on(step):
                 break  # (a call cut short never ran: nothing for the model to read)
             conversation.extend(step.turn_transcript)  # (paused: it goes on from there)
         else:
             doing = (
-                "the server had paused the turn" if paused else "the model was still calling tools"
+                "the model was still calling tools"
+                if calling
+                else "the server had not ended the turn"
             )
             raise MaxStepsExceeded(
                 f"{doing} after {agent.max_steps} LLM calls (max_steps={agent.max_steps})"

@@ -290,4 +290,5 @@ class ToolExecutionError(ToolError):
 
 class MaxStepsExceeded(RafrxError):
     """An agent turn had not ended after ``max_steps`` LLM calls: the model was still
-    calling tools, or the server had paused its turn (Anthropic's ``pause_turn``)."""
+    calling tools, or the server still went on with the turn (Anthropic's ``pause_turn``,
+    approvals of the Responses API's remote MCP tools answered)."""

@@ -33,6 +33,7 @@ __all__ = [
     "CUSTOM_TOOL_CALL_REF",
     "FUNCTION_CALL_REF",
     "LOST_RESULT",
+    "MCP_APPROVAL_RESPONSE",
     "MESSAGE_REF",
     "OPENAI_CALL_EXTRA",
     "OPENAI_REASONING",
@@ -46,6 +47,7 @@ __all__ = [
     "MessageRole",
     "MessageSource",
     "ToolCall",
+    "answers_approvals",
     "custom_call_ids",
     "custom_input",
     "from_anthropic",
@@ -579,9 +581,9 @@ FUNCTION_CALL_REF = "rafrx.function_call_ref"
 MESSAGE_REF = "rafrx.message_ref"
 
 #: Types of the Responses output items of tools the server runs (web search, file search,
-#: code interpreter, image generation, remote MCP): kept whole under
-#: :data:`OPENAI_REASONING`, in output order, they go back in a tool loop, where a
-#: reasoning item must be followed by the item that followed it.
+#: code interpreter, image generation, remote MCP, and a remote MCP tool's approval
+#: request): kept whole under :data:`OPENAI_REASONING`, in output order, they go back in
+#: a tool loop, where a reasoning item must be followed by the item that followed it.
 OPENAI_SERVER_TOOL_ITEMS: Final = frozenset(
     {
         "web_search_call",
@@ -590,8 +592,14 @@ OPENAI_SERVER_TOOL_ITEMS: Final = frozenset(
         "image_generation_call",
         "mcp_call",
         "mcp_list_tools",
+        "mcp_approval_request",
     }
 )
+
+#: Type of the Responses input item answering a remote MCP tool's approval request
+#: (``{"type": ..., "approval_request_id": ..., "approve": bool}``): ``execute_tools``
+#: adds it, from the approver's answer, under :data:`OPENAI_REASONING` after the request.
+MCP_APPROVAL_RESPONSE = "mcp_approval_response"
 
 #: Type of the ``provider_data`` block (``{"type": ..., "call_id": ..., "id": ...}``, under
 #: :data:`OPENAI_REASONING`) marking a call of a Responses *custom* tool: its free-form
@@ -662,6 +670,7 @@ _BLOCK_KEYS = {
     CUSTOM_TOOL_CALL_REF: OPENAI_REASONING,
     MESSAGE_REF: OPENAI_REASONING,
     **dict.fromkeys(OPENAI_SERVER_TOOL_ITEMS, OPENAI_REASONING),
+    MCP_APPROVAL_RESPONSE: OPENAI_REASONING,
     "tool_call_extra": OPENAI_CALL_EXTRA,
     REASONING_DETAILS: REASONING_DETAILS,
     THINKING_BLOCKS: THINKING_BLOCKS,
@@ -673,6 +682,19 @@ def is_paused(message: ChatMessage) -> bool:
     :data:`PAUSE_TURN_REF`): it goes back as it is, for the model to go on."""
     blocks = message.provider_data.get(ANTHROPIC_THINKING, ()) if message.provider_data else ()
     return any(_block_type(b) == PAUSE_TURN_REF for b in blocks)
+
+
+def answers_approvals(message: ChatMessage) -> bool:
+    """Whether an assistant message answers approval requests of the provider's own
+    tools (:data:`MCP_APPROVAL_RESPONSE` blocks): it goes back for the model to go on.
+
+    Example:
+        >>> answer = {"type": MCP_APPROVAL_RESPONSE, "approval_request_id": "mcpr_1", "approve": True}
+        >>> answers_approvals(ChatMessage("assistant", "", provider_data={OPENAI_REASONING: [answer]}))
+        True
+    """  # noqa: E501
+    blocks = message.provider_data.get(OPENAI_REASONING, ()) if message.provider_data else ()
+    return any(_block_type(b) == MCP_APPROVAL_RESPONSE for b in blocks)
 
 
 def custom_call_ids(message: ChatMessage) -> set[str]:

@@ -285,8 +285,13 @@ def execute_tools(
     replay old answers, which count for a later call with the same id. The
     event holds a copy of the arguments. With ``approval_timeout`` (seconds),
     a request not answered in time is denied, saying so, and a later answer
-    to it is ignored. Completion waits for every running tool; disposal
-    cancels them.
+    to it is ignored. The provider's own tools that ask approval (a
+    ``ToolApprovalRequestEvent`` from upstream: the Responses API's remote MCP
+    tools) are put to the approver the same way, and the answer comes as a
+    ``ReasoningContent("", provider_data={"type": "mcp_approval_response",
+    ...})`` that goes back with the assistant message (``approve`` false, with
+    the reason, unless approved); with no approver they are left to the
+    caller. Completion waits for every running tool; disposal cancels them.
 
     .. marble::
         :text:

@@ -6,7 +6,7 @@ import asyncio
 import copy
 import functools
 import logging
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from typing import Any, TypeAlias
 
 from reactivex import Observable, abc
@@ -14,7 +14,7 @@ from reactivex.disposable import CompositeDisposable, Disposable, SingleAssignme
 
 from rafrx._call import call_function, call_on
 from rafrx._cycles import without_frames
-from rafrx.content import ToolCalledContent, ToolCallingContent
+from rafrx.content import ReasoningContent, ToolCalledContent, ToolCallingContent
 from rafrx.errors import (
     InvalidToolArguments,
     ToolApprovalDenied,
@@ -23,6 +23,7 @@ from rafrx.errors import (
     error_text,
 )
 from rafrx.events import ResponseStartedEvent, ToolApprovalRequestEvent
+from rafrx.messages import MCP_APPROVAL_RESPONSE
 from rafrx.response import AgentResponseResult
 from rafrx.tools import Tool, ToolApprovalResponse, as_tool, format_result
 from rafrx.typing import Operator
@@ -99,7 +100,15 @@ class _Runner:
                 return
             if isinstance(content, ToolCallingContent) and content.call_id not in self.seen:
                 self.seen.add(content.call_id)
-                self.start(content, result)
+                self.start(self.run(content, result), f"rafrx tool {content.name}")
+        if self.approver is None:
+            return  # (the provider's approval requests stay for the caller to answer)
+        for event in result.events:
+            if self.stopped:
+                return
+            if isinstance(event, ToolApprovalRequestEvent) and event.call_id not in self.seen:
+                self.seen.add(event.call_id)  # (from upstream: the provider's own tool)
+                self.start(self.answer_remote(event, result), f"rafrx approval {event.name}")
 
     def on_error(self, error: Exception) -> None:
         if not self.stopped:
@@ -173,16 +182,17 @@ class _Runner:
 
     # ------------------------------------------------------------ asyncio side
 
-    def start(self, call: ToolCallingContent, result: AgentResponseResult) -> None:
+    def start(self, work: Coroutine[Any, Any, None], name: str) -> None:
         if self.loop is None:
             try:
                 self.loop = asyncio.get_running_loop()
             except RuntimeError:
+                work.close()
                 self.on_error(
                     RuntimeError("execute_tools() runs tools on the running asyncio loop")
                 )
                 return
-        task = self.loop.create_task(self.run(call, result), name=f"rafrx tool {call.name}")
+        task = self.loop.create_task(work, name=name)
         self.tasks.add(task)
         _RUNNING.add(task)
         task.add_done_callback(_RUNNING.discard)
@@ -198,6 +208,33 @@ class _Runner:
     async def run(self, call: ToolCallingContent, result: AgentResponseResult) -> None:
         content = await self.call(call, result)
         self.emit(AgentResponseResult(result.id, result.model, None, (content,)))
+
+    async def answer_remote(
+        self, request: ToolApprovalRequestEvent, result: AgentResponseResult
+    ) -> None:
+        """Ask the approver about a tool the provider runs (a Responses MCP tool) and
+        emit the answer as the block that goes back to it: an ``mcp_approval_response``."""
+        assert self.approver is not None
+        answer: dict[str, Any] = {
+            "type": MCP_APPROVAL_RESPONSE,
+            "approval_request_id": request.call_id,
+            "approve": True,
+        }
+        try:
+            _check_answer(await self.ask(self.approver, request), request.call_id, request.name)
+        except ToolApprovalDenied as denied:
+            answer.update(approve=False, reason=clip(error_text(denied), self.max_chars))
+        except asyncio.CancelledError as exc:
+            if _being_cancelled():
+                raise without_frames(exc) from None
+            answer.update(approve=False, reason=f"the approver was cancelled: {exc}")
+        except Exception as exc:  # a failing approver: the gate fails closed
+            why = f"the approver failed: {type(exc).__name__}: {error_text(exc)}"
+            answer.update(approve=False, reason=clip(why, self.max_chars))
+        if not answer["approve"]:
+            logger.info("remote tool %s (%s): %s", request.call_id, request.name, answer["reason"])
+        block = ReasoningContent("", provider_data=answer)
+        self.emit(AgentResponseResult(result.id, result.model, None, (block,)))
 
     def emit(self, result: AgentResponseResult) -> None:
         if self.stopped:
@@ -264,18 +301,21 @@ class _Runner:
         self.emit(AgentResponseResult(result.id, result.model, None, (), (request,)))
         if self.stopped:  # disposed on seeing the request: no one is asked
             raise asyncio.CancelledError
-        self.expired.discard(call.call_id)  # (a later LLM call may reuse the id: ask again)
+        _check_answer(await self.ask(approver, request), call.call_id, call.name)
+
+    async def ask(self, approver: Approver, request: ToolApprovalRequestEvent) -> Any:
+        """The approver's answer to ``request``, within ``approval_timeout``."""
+        self.expired.discard(request.call_id)  # (a later LLM call may reuse the id: ask again)
         try:
             async with asyncio.timeout(self.approval_timeout):
-                answer = await self.answer(approver, request)
+                return await self.answer(approver, request)
         except TimeoutError:
-            self.expired.add(call.call_id)
-            self.waiting.pop(call.call_id, None)
+            self.expired.add(request.call_id)
+            self.waiting.pop(request.call_id, None)
             raise ToolApprovalDenied(
-                f"the call to tool {call.name!r} was denied: no answer to its approval "
+                f"the call to tool {request.name!r} was denied: no answer to its approval "
                 f"request within {self.approval_timeout:g} s; it was not run"
             ) from None
-        _check_answer(answer, call)
 
     async def answer(self, approver: Approver, request: ToolApprovalRequestEvent) -> Any:
         """The approver's answer to ``request``, however it gives it."""
@@ -306,31 +346,32 @@ def _being_cancelled() -> bool:
     return task is None or task.cancelling() > 0
 
 
-def _check_answer(answer: Any, call: ToolCallingContent) -> None:
-    """Return if ``answer`` approves ``call``, else raise :class:`ToolApprovalDenied`.
+def _check_answer(answer: Any, call_id: str, name: str) -> None:
+    """Return if ``answer`` approves the call ``call_id`` (of tool ``name``), else raise
+    :class:`ToolApprovalDenied`.
 
     Only ``True``, or a :class:`ToolApprovalResponse` to this very call whose
     ``approved`` is ``True``, approves: an approval gate fails closed, so a
     ``"no"`` from a UI or an answer to another call never runs a tool.
     """
     if isinstance(answer, ToolApprovalResponse):
-        if answer.call_id != call.call_id:
+        if answer.call_id != call_id:
             raise ToolApprovalDenied(
-                f"the call to tool {call.name!r} was denied: the approver answered call "
-                f"{answer.call_id!r}, not {call.call_id!r}"
+                f"the call to tool {name!r} was denied: the approver answered call "
+                f"{answer.call_id!r}, not {call_id!r}"
             )
         if answer.approved is True:
             return
         if answer.approved is False:
             reason = f": {answer.reason}" if answer.reason else "; it was not run"
-            raise ToolApprovalDenied(f"the user denied the call to tool {call.name!r}{reason}")
+            raise ToolApprovalDenied(f"the user denied the call to tool {name!r}{reason}")
         answer = answer.approved
     if answer is True:
         return
     if answer is False or answer is None:
-        raise ToolApprovalDenied(f"the user denied the call to tool {call.name!r}; it was not run")
+        raise ToolApprovalDenied(f"the user denied the call to tool {name!r}; it was not run")
     raise ToolApprovalDenied(
-        f"the call to tool {call.name!r} was denied: the approver answered "
+        f"the call to tool {name!r} was denied: the approver answered "
         f"{clip(repr(answer), 200)} ({type(answer).__name__}), not True or False"
     )
 

@@ -179,8 +179,10 @@ def to_responses_input(messages: Iterable[ChatMessage]) -> list[dict[str, Any]]:
             items += _output_items(msg, kept, custom)  # each reasoning item and the one after
             continue
         # (the caller's to change:)
-        items.extend(copy.deepcopy(block) for block in kept if not _is_ref(block))
-        if msg.content or not msg.tool_calls:
+        blocks = [copy.deepcopy(block) for block in kept if not _is_ref(block)]
+        items += blocks
+        # An empty message says nothing, but a reasoning item must have an item after it.
+        if msg.content or not (msg.tool_calls or (blocks and not _is_reasoning(blocks[-1]))):
             items.append({"role": msg.role.value, "content": msg.content})
         items.extend(_call_item(call, call.id in custom) for call in msg.tool_calls or ())
     return items

@@ -30,7 +30,8 @@ no ``event:`` line):
   arguments ``{"input": text}``, and a ``CUSTOM_TOOL_CALL_REF`` block at its
   end, so that the call and its result go back as custom tool items;
 * an ``mcp_approval_request`` output item (a remote MCP tool waiting for
-  approval) → :class:`~rafrx.updates.ToolApprovalRequest` with the item's id;
+  approval) → :class:`~rafrx.updates.ToolApprovalRequest` with the item's id,
+  and the item, kept to go back (``execute_tools`` with an approver answers it);
 * URL annotations (``output_text.annotation.added``, or those first seen on
   a finished part) → :class:`~rafrx.updates.Uri`;
 * ``response.completed`` → ``Finish(TOOL_CALLS if the response called
@@ -365,10 +366,11 @@ class OpenAIResponsesDialect:
             self._reasoned = True  # the items after it go back paired with it, by id
             reasoning = self._reasoning_of(event, item, data)
             return [*reasoning, ReasoningDelta("", provider_data=item)]
+        if kind == "mcp_approval_request" and item_id is not None:
+            # (the item goes back in its place, before the answer execute_tools adds)
+            return [self._approval_request(item_id, item), ReasoningDelta("", provider_data=item)]
         if kind in OPENAI_SERVER_TOOL_ITEMS and item_id is not None:
             return [ReasoningDelta("", provider_data=item)]  # to go back, in its place
-        if kind == "mcp_approval_request" and item_id is not None:
-            return [self._approval_request(item_id, item)]
         if kind == "message" and item_id is not None:
             at = _index_of(data)
             if item_id in self._finished_messages or self._finished_at & set(at):
