@@ -257,12 +257,14 @@ class ResponseAggregator:
         return ()
 
     def failed(self, error: Exception) -> AgentResponse:
-        """The turn so far, interrupted by ``error``: a provider's error event closes it
-        with finish reason ``ERROR``."""
+        """The turn so far, interrupted by ``error``. When its last LLM call did not
+        finish, neither did the turn: a provider's error event closes it with finish
+        reason ``ERROR``, anything else leaves it without one (not an earlier call's)."""
         response = self.response(interrupted=True)
-        if isinstance(error, ProviderError) and response.finish_reason is None:
-            return attrs.evolve(response, finish_reason=FinishReason.ERROR)
-        return response
+        if self._steps and self._steps[-1].finished:
+            return response
+        reason = FinishReason.ERROR if isinstance(error, ProviderError) else None
+        return attrs.evolve(response, finish_reason=reason)
 
 
 def aggregate(agent_id: str | None = None) -> Operator[AgentResponseResult, AgentResponse]:

@@ -33,7 +33,7 @@ import abc
 import copy
 import functools
 import importlib.metadata
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any, ClassVar, Protocol, TypeAlias, runtime_checkable
 
@@ -272,13 +272,18 @@ def _output_items(msg: ChatMessage, kept: Sequence[Any], custom: set[Any]) -> li
                 text = str(block.get("text") or "")
             else:
                 text, unsent = unsent, ""
+            part = (
+                {"type": "refusal", "refusal": text}
+                if block.get("refusal") is True
+                else {"type": "output_text", "text": text, "annotations": []}
+            )
             items.append(
                 {
                     "type": "message",
                     "id": block["id"],
                     "role": "assistant",
                     "status": "completed",
-                    "content": [{"type": "output_text", "text": text, "annotations": []}],
+                    "content": [part],
                 }
             )
         elif kind in _CALL_REF_TYPES:
@@ -586,12 +591,7 @@ class OpenAIChatClient(LLMClient):
             "stream_options": {"include_usage": True},
         }
         if tools:
-            payload["tools"] = [
-                t.to_openai()
-                if isinstance(t, Tool)
-                else {"type": "function", "function": _function(*tool_schema(t), _strict(t))}
-                for t in tools
-            ]
+            payload["tools"] = _tools(tools, ("function",), _chat_tool)
         return payload
 
     def _complete(self, payload: dict[str, Any]) -> dict[str, Any]:
@@ -613,7 +613,37 @@ def _function(
     return out if strict is None else {**out, "strict": strict}
 
 
-def _anthropic(tool: ToolLike) -> dict[str, Any]:
+def _tools(
+    tools: Sequence[ToolLike], own: tuple[str, ...], shape: Callable[[ToolLike], dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """The request's tools: each in the provider's shape (``shape``), but a mapping of a
+    kind the provider defines itself (a ``type`` not in ``own``: a Responses
+    ``web_search``, a ``custom`` tool, Anthropic's ``web_search_20250305``) as given."""
+    out = []
+    for tool in tools:
+        kind = tool.get("type") if isinstance(tool, Mapping) else None
+        given = isinstance(kind, str) and kind not in own
+        out.append(copy.deepcopy(dict(tool)) if given else shape(tool))  # type: ignore[arg-type]
+    return out
+
+
+def _chat_tool(tool: ToolLike) -> dict[str, Any]:
+    if isinstance(tool, Tool):
+        return tool.to_openai()
+    return {"type": "function", "function": _function(*tool_schema(tool), _strict(tool))}
+
+
+def _responses_tool(tool: ToolLike) -> dict[str, Any]:
+    # "strict": False unless the tool says otherwise: the Responses API's default,
+    # strict mode, rewrites the schema (every parameter required).
+    if isinstance(tool, Tool):
+        return tool.to_responses()
+    return {"type": "function", **_function(*tool_schema(tool), _strict(tool) or False)}
+
+
+def _anthropic_tool(tool: ToolLike) -> dict[str, Any]:
+    if isinstance(tool, Tool):
+        return tool.to_anthropic()
     name, description, parameters = tool_schema(tool)
     return {"name": name, "description": description, "input_schema": parameters}
 
@@ -660,9 +690,7 @@ class AnthropicClient(LLMClient):
         if system is not None:
             payload["system"] = system
         if tools:
-            payload["tools"] = [
-                t.to_anthropic() if isinstance(t, Tool) else _anthropic(t) for t in tools
-            ]
+            payload["tools"] = _tools(tools, ("function", "custom"), _anthropic_tool)
         return payload
 
     def _protocol_headers(self) -> dict[str, str]:
@@ -689,14 +717,7 @@ class OpenAIResponsesClient(LLMClient):
     ) -> dict[str, Any]:
         payload: dict[str, Any] = {"model": self.model, "input": to_responses_input(messages)}
         if tools:
-            # "strict": False unless the tool says otherwise: the Responses API's default,
-            # strict mode, rewrites the schema (every parameter required).
-            payload["tools"] = [
-                t.to_responses()
-                if isinstance(t, Tool)
-                else {"type": "function", **_function(*tool_schema(t), _strict(t) or False)}
-                for t in tools
-            ]
+            payload["tools"] = _tools(tools, ("function",), _responses_tool)
         return payload
 
     def _complete(self, payload: dict[str, Any]) -> dict[str, Any]:

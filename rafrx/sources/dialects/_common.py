@@ -286,8 +286,20 @@ def error_event(event: ServerSentEvent) -> ProviderError:
             return provider_error(event, inner)
         if isinstance(inner, str) and inner:
             return provider_error(event, {**payload, "message": inner})
-        return provider_error(event, payload)
+        return provider_error(event, untagged(payload))
     return provider_error(event, {"message": payload} if isinstance(payload, str) else None)
+
+
+def untagged(error: Mapping[str, Any]) -> Mapping[str, Any]:
+    """An error event that is its own error object (openai's ``ResponseErrorEvent``:
+    ``{"type": "error", "code", "message"}``), its code as the type: the ``type`` only
+    says which event it is.
+
+    Example:
+        >>> untagged({"type": "error", "code": "rate_limit_exceeded"})["type"]
+        'rate_limit_exceeded'
+    """
+    return {**error, "type": error.get("code")} if error.get("type") == "error" else error
 
 
 def openai_usage(usage: Mapping[str, Any], *, prompt: str, completion: str) -> response.Usage:

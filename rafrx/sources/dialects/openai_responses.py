@@ -77,6 +77,7 @@ from rafrx.sources.dialects._common import (
     malformed,
     openai_usage,
     provider_error,
+    untagged,
 )
 from rafrx.sse import ServerSentEvent
 from rafrx.updates import (
@@ -135,6 +136,7 @@ class OpenAIResponsesDialect:
         "_annotations",
         "_calls",
         "_done",
+        "_early_refs",
         "_finished_at",
         "_finished_messages",
         "_meta_sent",
@@ -159,6 +161,7 @@ class OpenAIResponsesDialect:
         self._reasoning_finals: set[str | None] = set()  # items whose .done text was sent
         self._finished_messages: set[str] = set()  # the message items done
         self._reasoned = False  # a reasoning item came: name the output items after it
+        self._early_refs: list[dict[str, Any]] = []  # those before it, named when it comes
         self._calls: dict[str, _Call] = {}  # output item id → call
         self._annotations: dict[tuple[str, int], int] = {}  # (item id, part) → count sent
 
@@ -178,7 +181,7 @@ class OpenAIResponsesDialect:
         data = load_object(event)
         kind = _event_type(event, data)
         if kind == "error":
-            raise provider_error(event, get_object(event, data, "error") or data)
+            raise provider_error(event, get_object(event, data, "error") or untagged(data))
         if kind == "response.failed":
             body = get_object(event, data, "response") or {}
             error = dict(get_object(event, body, "error") or {})
@@ -326,6 +329,14 @@ class OpenAIResponsesDialect:
             return []
         return self._start_call(event, item)
 
+    def _ref(self, ref: dict[str, Any]) -> list[AgentResponseUpdate]:
+        """An output item's id, for it to go back paired with the reasoning item before
+        it; one before the first reasoning item waits for it (none may come)."""
+        if self._reasoned:
+            return [ReasoningDelta("", provider_data=ref)]
+        self._early_refs.append(ref)
+        return []
+
     def _args_delta(
         self, event: ServerSentEvent, data: dict[str, Any]
     ) -> list[AgentResponseUpdate]:
@@ -357,15 +368,18 @@ class OpenAIResponsesDialect:
                 if item_id is not None:
                     ref["id"] = item_id
                 out.append(ReasoningDelta("", provider_data=ref))
-            elif self._reasoned and item_id is not None:
+            elif item_id is not None:
                 call.named = True
-                ref = {"type": FUNCTION_CALL_REF, "id": item_id, "call_id": call.call_id}
-                out.append(ReasoningDelta("", provider_data=ref))
+                out += self._ref(
+                    {"type": FUNCTION_CALL_REF, "id": item_id, "call_id": call.call_id}
+                )
             return out
         if kind == "reasoning" and item_id is not None:
             self._reasoned = True  # the items after it go back paired with it, by id
+            early = [ReasoningDelta("", provider_data=ref) for ref in self._early_refs]
+            self._early_refs.clear()
             reasoning = self._reasoning_of(event, item, data)
-            return [*reasoning, ReasoningDelta("", provider_data=item)]
+            return [*early, *reasoning, ReasoningDelta("", provider_data=item)]
         if kind == "mcp_approval_request" and item_id is not None:
             # (the item goes back in its place, before the answer execute_tools adds)
             return [self._approval_request(item_id, item), ReasoningDelta("", provider_data=item)]
@@ -379,18 +393,19 @@ class OpenAIResponsesDialect:
             self._finished_at.update(at)
             out = []
             text: list[str] = []
+            refused = False
             for index, part in enumerate(get_list(event, item, "content")):
                 if isinstance(part, dict):
                     out += self._new_annotations(event, item_id, index, part)
                     text.append(as_str(part.get("text") or part.get("refusal")) or "")
+                    refused = refused or part.get("type") == "refusal"
             if not self._was_texted(item_id, data.get("output_index")) and any(text):
                 # A server that sends the text in the finished item only.
                 self._note_text({"item_id": item_id, "output_index": data.get("output_index")})
                 out.insert(0, TextDelta("".join(text)))
-            if self._reasoned:
-                ref = {"type": MESSAGE_REF, "id": item_id, "text": "".join(text)}
-                out.append(ReasoningDelta("", provider_data=ref))
-            return out
+            said = {"type": MESSAGE_REF, "id": item_id, "text": "".join(text)}
+            # (a refusal goes back as one, not as something the model said)
+            return out + self._ref({**said, "refusal": True} if refused else said)
         return []
 
     @staticmethod
@@ -438,9 +453,21 @@ class OpenAIResponsesDialect:
 
     def _completed(self, event: ServerSentEvent, data: dict[str, Any]) -> list[AgentResponseUpdate]:
         body = get_object(event, data, "response") or {}
+        cut = body.get("status") == "incomplete"  # (vLLM's way to say response.incomplete)
+        return self._end(event, body, cut=cut)
+
+    def _incomplete(
+        self, event: ServerSentEvent, data: dict[str, Any]
+    ) -> list[AgentResponseUpdate]:
+        return self._end(event, get_object(event, data, "response") or {}, cut=True)
+
+    def _end(
+        self, event: ServerSentEvent, body: dict[str, Any], *, cut: bool
+    ) -> list[AgentResponseUpdate]:
+        """The response ended (``cut``: incomplete): what only its final output
+        holds, then the finish."""
         self._done = True
         out: list[AgentResponseUpdate] = []
-        cut = body.get("status") == "incomplete"  # (vLLM's way to say response.incomplete)
         finished = ("message",) if cut else (*_CALLS, "message")  # (a cut call stays open)
         for index, item in enumerate(get_list(event, body, "output")):
             if isinstance(item, dict) and item.get("type") in finished:
@@ -454,15 +481,6 @@ class OpenAIResponsesDialect:
             reason = FinishReason.TOOL_CALLS if self._calls else FinishReason.STOP
         out.append(Finish(reason, self._usage(event, body)))
         return out
-
-    def _incomplete(
-        self, event: ServerSentEvent, data: dict[str, Any]
-    ) -> list[AgentResponseUpdate]:
-        body = get_object(event, data, "response") or {}
-        self._done = True
-        details = get_object(event, body, "incomplete_details") or {}
-        reason = FinishReason.from_provider(as_str(details.get("reason")))
-        return [Finish(reason, self._usage(event, body))]
 
     def _usage(self, event: ServerSentEvent, body: dict[str, Any]) -> response.Usage | None:
         usage = get_object(event, body, "usage")
