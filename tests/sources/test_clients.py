@@ -349,6 +349,37 @@ def test_tool_schema_accepts_every_shape() -> None:
     assert tool_schema({"name": "noop"}) == ("noop", "", {"type": "object", "properties": {}})
 
 
+@pytest.mark.parametrize(
+    ("client", "own", "theirs"),
+    [
+        (
+            OpenAIChatClient,
+            {"type": "custom", "custom": {"name": "run_code", "description": "Python."}},
+            {"type": "function", "function": {"name": "weather"}},
+        ),
+        (
+            OpenAIResponsesClient,
+            {"type": "web_search", "search_context_size": "low"},
+            {"type": "function", "name": "weather", "parameters": {"type": "object"}},
+        ),
+        (
+            AnthropicClient,
+            {"type": "web_search_20250305", "name": "web_search", "max_uses": 3},
+            {"type": "custom", "name": "weather", "input_schema": {"type": "object"}},
+        ),
+    ],
+    ids=["chat-custom", "responses-web_search", "anthropic-server-tool"],
+)
+def test_a_tool_of_a_kind_the_provider_defines_goes_as_given(
+    client: type[LLMClient], own: dict[str, Any], theirs: dict[str, Any]
+) -> None:
+    sent = client("http://127.0.0.1:1", model="m")._payload([ChatMessage.user("Q?")], [own, theirs])
+    assert sent["tools"][0] == own
+    assert sent["tools"][0] is not own  # (a copy: the request never shares the caller's)
+    assert tool_schema(sent["tools"][1]) == tool_schema(theirs)  # (in the client's shape)
+    assert sent["tools"][1].get("type") == ("function" if client is not AnthropicClient else None)
+
+
 def test_responses_input_keeps_order_and_empty_assistant_text() -> None:
     items = to_responses_input([ChatMessage.user("a"), ChatMessage.assistant("")])
     assert items == [{"role": "user", "content": "a"}, {"role": "assistant", "content": ""}]
