@@ -24,8 +24,9 @@ import attrs
 from yarl import URL
 
 from rafrx import content, updates
+from rafrx.events import FinishEvent, ResponseStartedEvent
 from rafrx.messages import TEXT_REF
-from rafrx.response import AgentResponseResult
+from rafrx.response import AgentResponseResult, FinishReason
 
 #: What a secret becomes in recorded text.
 REDACTED: Final = "[REDACTED]"
@@ -128,14 +129,28 @@ def url_secrets(url: str | URL) -> tuple[str, ...]:
 
 @functools.lru_cache(maxsize=256)
 def _forms(secret: str) -> tuple[str, ...]:
-    """``secret`` as it may appear in text: as is, and escaped inside a JSON string.
+    r"""``secret`` as it may appear in text: as is, and escaped inside a JSON string, as
+    Python's ``json`` does (with and without ``ensure_ascii``) and as other encoders
+    do: Go's ``json.Marshal`` (``&``, ``<``, ``>`` as ``\u0026`` …), PHP's (``\/``),
+    upper-case hex digits.
 
     Example:
-        >>> _forms('pa"ss\\nwörd')
-        ('pa"ss\\nwörd', 'pa\\\\"ss\\\\nwörd', 'pa\\\\"ss\\\\nw\\\\u00f6rd')
-    """
-    escaped = json.dumps(secret, ensure_ascii=False)[1:-1], json.dumps(secret)[1:-1]
+        >>> _forms('a"b/ö')
+        ('a"b/ö', 'a\\"b/ö', 'a\\"b/\\u00f6', 'a\\"b\\/ö', 'a\\"b\\/\\u00f6', 'a\\"b/\\u00F6', 'a\\"b\\/\\u00F6')
+    """  # noqa: E501
+    escaped = [json.dumps(secret, ensure_ascii=False)[1:-1], json.dumps(secret)[1:-1]]
+    for form in list(escaped):
+        go = form.replace("&", "\\u0026").replace("<", "\\u003c").replace(">", "\\u003e")
+        escaped += [go, form.replace("/", "\\/"), go.replace("/", "\\/")]
+    escaped += [_UNICODE_ESCAPE.sub(_upper_hex, form) for form in escaped]
     return tuple(dict.fromkeys((secret, *escaped)))
+
+
+_UNICODE_ESCAPE: Final = re.compile(r"\\u[0-9a-f]{4}")
+
+
+def _upper_hex(escape: re.Match[str]) -> str:
+    return "\\u" + escape[0][2:].upper()
 
 
 def _found(text: str, secrets: Iterable[str], begin: int = 0) -> list[tuple[int, int, int, int]]:
@@ -212,10 +227,35 @@ def redact_cut_short(text: str, secrets: tuple[str, ...]) -> str:
     return _piece(text, 0, len(text), _merged(spans)) if spans else text
 
 
+def redact_fragments(text: str, secrets: tuple[str, ...]) -> str:
+    """:func:`redact_cut_short`, and a secret's end that ``text`` begins with (by 4
+    characters or more) hidden too: a text that a secret was split across (an item
+    of a stream whose deltas were redacted joined: a thinking block, a message).
+
+    Example:
+        >>> redact_fragments("hunter2 then go", ("hunter2-hunter2",))
+        '[REDACTED] then go'
+    """
+    text = redact_cut_short(text, secrets)
+    size = 0
+    for secret in secrets:
+        for form in _forms(secret):
+            for n in range(min(len(form) - 1, len(text)), max(size, _LEAST_PREFIX - 1), -1):
+                if text.startswith(form[-n:]):
+                    size = n
+                    break
+    return REDACTED + text[size:] if size else text
+
+
 def mask_bytes(data: bytes, secrets: Iterable[str]) -> bytes:
     """Redact ``data`` keeping its length (``*`` per byte), so chunk offsets stay valid."""
     text = data.decode("latin-1")  # one char per byte: lengths are preserved
-    needles = [secret.encode().decode("latin-1") for secret in (*secrets, *env_secrets())]
+    needles = [  # each form of each secret, as its UTF-8 bytes read one char per byte
+        form.encode().decode("latin-1")
+        for secret in (*secrets, *env_secrets())
+        if secret
+        for form in _forms(secret)
+    ]
     spans = _spans(text, needles)
     if not spans:
         return data
@@ -419,7 +459,24 @@ class DeltaRedactor:
         self._text_refs = _TextRefs()
 
     def push(self, stamp: Any, item: Any) -> list[tuple[Any, Any]]:
-        """Take ``item``; return the items that are ready, oldest first."""
+        """Take ``item``; return the items that are ready, oldest first.
+
+        An LLM call that finished whole (``STOP``, ``TOOL_CALLS``) ends its texts
+        where they are: what ends like a secret's start is no secret cut short. The
+        next LLM call's texts start afresh, their context not the last call's.
+        """
+        if _starts_call(item):
+            ready = self._settle_all(cut_short=False)
+            self._channels.clear()
+            self._text_refs = _TextRefs()
+            return ready + self._push(stamp, item)
+        ready = self._push(stamp, item)
+        reason = _finish_reason(item)
+        if reason is not None:  # (a call cut short, by max_tokens or else, may end in one)
+            ready += self._settle_all(cut_short=reason not in _WHOLE)
+        return ready
+
+    def _push(self, stamp: Any, item: Any) -> list[tuple[Any, Any]]:
         pieces = _pieces(item)
         held = _Held(stamp, item, [None] * len(pieces), len(pieces))
         self._queue.append(held)
@@ -437,20 +494,25 @@ class DeltaRedactor:
 
     def flush(self) -> list[tuple[Any, Any]]:
         """The stream ended: every held item, redacted with what is known."""
+        return self._settle_all(cut_short=True)
+
+    def _settle_all(self, *, cut_short: bool) -> list[tuple[Any, Any]]:
+        """No more text comes: settle every channel (``cut_short``: perhaps in the
+        middle of a secret) and return every held item."""
         for pending in self._channels.values():
-            self._settle(pending, final=True)
+            self._settle(pending, final=True, cut_short=cut_short)
         return self._ready()
 
-    def _settle(self, pending: _Pending, *, final: bool) -> None:
+    def _settle(self, pending: _Pending, *, final: bool, cut_short: bool = True) -> None:
         base = len(pending.before)
         text = pending.before + pending.text
         found = _found(text, self._secrets, base)
         if pending.resume:  # and the keys begun in the context, found again with their end
             again = _found(text, self._secrets, 0)
             found += [f for f in again if f[0] in pending.resume and f[0] < base]
-        if final:  # the text ends inside a secret (the stream stopped there): hide that much
-            cut_short = secret_prefix_at(text, self._secrets, base, least=_LEAST_PREFIX)
-            found.append((cut_short, cut_short, len(text), -1))
+        if final and cut_short:  # the text ends inside a secret (the stream stopped there)
+            at = secret_prefix_at(text, self._secrets, base, least=_LEAST_PREFIX)
+            found.append((at, at, len(text), -1))  # (hide that much)
         spans = _merged((s - base, e - base) for _, s, e, _ in found if e > s)
         # A complete key at the end may still grow, but the pieces it covers already
         # read the same whatever comes: they need not wait for its end.
@@ -494,6 +556,24 @@ class DeltaRedactor:
                 item = _with_pieces(item, texts)
             out.append((held.stamp, self._text_refs.recounted(item)))
         return out
+
+
+def _starts_call(item: Any) -> bool:
+    """Whether ``item`` starts an LLM call (of an agent's turn)."""
+    return isinstance(item, AgentResponseResult) and any(
+        type(e) is ResponseStartedEvent for e in item.events
+    )
+
+
+def _finish_reason(item: Any) -> FinishReason | None:
+    """Why an LLM call finished, if ``item`` says it did."""
+    if isinstance(item, AgentResponseResult):
+        ends = [e.finish_reason for e in item.events if type(e) is FinishEvent]
+        return ends[-1] if ends else None
+    return item.finish_reason if type(item) is updates.Finish else None
+
+
+_WHOLE: Final = frozenset({FinishReason.STOP, FinishReason.TOOL_CALLS})  # nothing cut short
 
 
 class _TextRefs:

@@ -807,7 +807,8 @@ def _assistant_blocks(msg: ChatMessage, kept: Sequence[Any]) -> list[dict[str, A
     for block in kept:
         kind = _block_type(block)
         if kind == TEXT_REF:
-            piece = text[at : at + int(block.get("chars") or 0)]
+            chars = block.get("chars")
+            piece = text[at : at + (chars if type(chars) is int else 0)]  # (else: at the end)
             at += len(piece)
             if piece.strip():
                 blocks.append({"type": "text", "text": piece})

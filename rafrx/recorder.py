@@ -63,6 +63,7 @@ from rafrx._redaction import (
     mask_bytes,
     redact,
     redact_cut_short,
+    redact_fragments,
     redact_headers,
     redact_with,
     url_secrets,
@@ -120,7 +121,9 @@ _TAGS: Final = frozenset({"$type", "$dict", "$repr", "$float"})
 """Keys :func:`_decode` reads as tags: a mapping holding one is wrapped in ``$dict``."""
 
 
-def _encode(value: Any, secrets: tuple[str, ...]) -> Any:
+def _encode(value: Any, secrets: tuple[str, ...], *, blocks: bool = False) -> Any:
+    """``value`` as JSON-ready data, its strings redacted (``blocks``: provider blocks,
+    whose texts may hold a piece of a secret split between them)."""
     if isinstance(value, FinishReason):
         return value.value
     if value is None or isinstance(value, bool):
@@ -130,7 +133,9 @@ def _encode(value: Any, secrets: tuple[str, ...]) -> Any:
     if isinstance(value, int | float):  # a PIN given as a number
         return value if redact_with(repr(value), secrets) == repr(value) else REDACTED
     if isinstance(value, str):
-        return str(value) if type(value) is Settled else redact_with(value, secrets)
+        if type(value) is Settled:
+            return str(value)
+        return redact_fragments(value, secrets) if blocks else redact_with(value, secrets)
     if attrs.has(type(value)) and _NESTED.get(type(value).__name__) is type(value):
         if type(value) is content.ToolCallIncompleteContent:  # its text stops mid-way
             value = attrs.evolve(
@@ -140,9 +145,18 @@ def _encode(value: Any, secrets: tuple[str, ...]) -> Any:
             )
         return {"$type": type(value).__name__, **_fields(value, secrets)}
     if isinstance(value, list | tuple):
-        return [_encode(v, secrets) for v in value]
+        return [_encode(v, secrets, blocks=blocks) for v in value]
     if isinstance(value, Mapping):
-        encoded = {redact_with(str(k), secrets): _encode(v, secrets) for k, v in value.items()}
+        if str(value.get("type", "")).startswith("rafrx."):  # rafrx's own mark: its counts
+            counts = {k for k, v in value.items() if type(v) is int}  # stay (a PIN's digits)
+            return {
+                k: v if k in counts else _encode(v, secrets, blocks=blocks)
+                for k, v in value.items()
+            }
+        encoded = {
+            redact_with(str(k), secrets): _encode(v, secrets, blocks=blocks)
+            for k, v in value.items()
+        }
         return {"$dict": encoded} if encoded.keys() & _TAGS else encoded
     return {"$repr": redact_with(repr(value), secrets)}
 
@@ -169,7 +183,7 @@ def _fields(value: Any, secrets: tuple[str, ...]) -> dict[str, Any]:
             default = field.default
         if default is not attrs.NOTHING and v == default:
             continue
-        out[field.name] = _encode(v, secrets)
+        out[field.name] = _encode(v, secrets, blocks=field.name == "provider_data")
     return out
 
 
