@@ -16,8 +16,11 @@ Secrets never reach a file: ``Authorization``/``x-api-key`` style headers,
 ``key=`` URL parameters, bearer tokens, ``sk-...`` keys and the values of
 ``*_API_KEY``/``*_TOKEN`` environment variables are redacted. In JSON lines
 this holds for a secret that a model streams split over several deltas too:
-the deltas are redacted as one text. A raw ``.sse`` file keeps the exact
-bytes, masking only secrets that appear whole in them.
+the deltas are redacted as one text (each LLM call's afresh), a stream that
+stops inside a secret hides what it had of it, and a provider block holding
+a piece of a split secret (a thinking block) hides that piece. A raw ``.sse``
+file keeps the exact bytes, masking only secrets that appear whole in them
+(in any JSON escaping).
 
 Example:
     >>> import reactivex, tempfile, pathlib
