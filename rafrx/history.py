@@ -23,6 +23,7 @@ Example:
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterable, Sequence
 from typing import Protocol, runtime_checkable
 
@@ -99,7 +100,10 @@ class InMemoryHistoryProvider:
 
     async def load(self) -> Sequence[ChatMessage]:
         """The saved conversation, each message marked ``CHAT_HISTORY``."""
-        return tuple(m.with_source(MessageSource.CHAT_HISTORY) for m in self._messages)
+        # (copies: what a caller does to a loaded message's blocks never reaches the history)
+        return tuple(
+            copy.deepcopy(m.with_source(MessageSource.CHAT_HISTORY)) for m in self._messages
+        )
 
     async def save(self, messages: Sequence[ChatMessage]) -> None:
         """Append the messages that are new (see :func:`is_new`); skip the others."""

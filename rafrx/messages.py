@@ -319,7 +319,7 @@ class ChatMessage:
             provider_data[THINKING_BLOCKS] = ({"type": THINKING_BLOCKS, "blocks": blocks},)
         return cls(
             _ROLE_ALIASES.get(role) or MessageRole(role),
-            _text_of(data.get("content")),
+            _text_of(data.get("content")) or _refusal_of(data),
             name=data.get("name"),
             tool_calls=[_call_from_openai(c) for c in calls] if calls else None,
             tool_call_id=data.get("tool_call_id"),
@@ -539,6 +539,22 @@ def _text_of(content: Any) -> str:
     )
 
 
+def _refusal_of(data: Mapping[str, Any]) -> str:
+    """An assistant's refusal (its ``refusal`` field, or refusal parts): its text, as
+    a stream's refusal is read."""
+    refusal = data.get("refusal")
+    if isinstance(refusal, str):
+        return refusal
+    parts = data.get("content")
+    if not isinstance(parts, list):
+        return ""
+    return "".join(
+        str(p.get("refusal") or "")
+        for p in parts
+        if isinstance(p, Mapping) and p.get("type") == "refusal"
+    )
+
+
 def _call_from_openai(data: Mapping[str, Any]) -> ToolCall:
     custom = data.get("custom")
     if isinstance(custom, Mapping):  # a custom tool's call: its free-form input
@@ -549,7 +565,7 @@ def _call_from_openai(data: Mapping[str, Any]) -> ToolCall:
     raw = function.get("arguments")
     if raw is None or isinstance(raw, str):
         return _parsed_call(data.get("id") or "", function.get("name") or "", raw or "")
-    return ToolCall(data.get("id") or "", function.get("name") or "", raw)
+    return ToolCall(data.get("id") or "", function.get("name") or "", copy.deepcopy(raw))
 
 
 def _parsed_call(call_id: str, name: str, raw: str) -> ToolCall:
@@ -890,7 +906,7 @@ def from_anthropic(
                 continue
         text = "".join(b["text"] for b in content if b.get("type") == "text")
         calls = [
-            ToolCall(b["id"], b["name"], b.get("input", {}))
+            ToolCall(b["id"], b["name"], copy.deepcopy(b.get("input", {})))
             for b in content
             if b.get("type") == "tool_use"
         ]

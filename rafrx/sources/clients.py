@@ -45,6 +45,7 @@ from rafrx._redaction import is_secret_header, url_secrets
 from rafrx.messages import (
     CUSTOM_TOOL_CALL_REF,
     FUNCTION_CALL_REF,
+    MCP_APPROVAL_RESPONSE,
     MESSAGE_REF,
     OPENAI_REASONING,
     OPENAI_SERVER_TOOL_ITEMS,
@@ -204,6 +205,7 @@ def _resolvable(items: Iterable[Any]) -> Iterator[Any]:
     resolve (no ``encrypted_content``); the items paired with one go without their ids
     (the API refuses an ``fc_`` item whose reasoning item is missing)."""
     unpaired = False
+    dropped: set[Any] = set()  # the ids of the server items left out
     for item in items:
         if not isinstance(item, Mapping):
             yield item
@@ -212,12 +214,20 @@ def _resolvable(items: Iterable[Any]) -> Iterator[Any]:
             if not unpaired:
                 yield item
         elif unpaired and item.get("type") in OPENAI_SERVER_TOOL_ITEMS:
-            continue  # (its id cannot go, nor can it go without one)
+            dropped.add(item.get("id"))  # (its id cannot go, nor can it go without one)
+        elif (
+            item.get("type") == MCP_APPROVAL_RESPONSE and item.get("approval_request_id") in dropped
+        ):
+            continue  # (an answer to a request that does not go)
         elif unpaired and item.get("type") in ("function_call", "custom_tool_call"):
             yield {key: value for key, value in item.items() if key != "id"}
         elif unpaired and item.get("type") == "message":
             parts = item.get("content") or ()
-            text = "".join(str(p.get("text", "")) for p in parts if isinstance(p, Mapping))
+            text = "".join(
+                str(p.get("text") or p.get("refusal") or "")
+                for p in parts
+                if isinstance(p, Mapping)
+            )
             yield {"role": item.get("role", "assistant"), "content": text}
         else:
             if item.get("type") in _RESULTS:  # past its output items

@@ -52,6 +52,7 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
 from typing import Any
 
@@ -411,7 +412,7 @@ class OpenAIResponsesDialect:
     @staticmethod
     def _approval_request(item_id: str, item: dict[str, Any]) -> ToolApprovalRequest:
         """A remote MCP tool's call waiting for the user's approval (its id answers it)."""
-        arguments: Any = item.get("arguments")
+        arguments: Any = copy.deepcopy(item.get("arguments"))  # (the item goes back as it came)
         if isinstance(arguments, str):
             with contextlib.suppress(ValueError, RecursionError):  # else shown as sent
                 arguments = json.loads(arguments)
