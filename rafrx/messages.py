@@ -68,6 +68,12 @@ def _block_type(block: Any) -> str | None:
     return kind if isinstance(kind, str) else None
 
 
+def _is_rafrx_mark(block: Any) -> bool:
+    """Whether a ``provider_data`` block is one of rafrx's own marks (:data:`TEXT_REF`,
+    :data:`MESSAGE_REF` …: ``rafrx.``-typed), not a provider's block."""
+    return (_block_type(block) or "").startswith("rafrx.")
+
+
 class MessageRole(enum.StrEnum):
     """Who speaks."""
 

@@ -71,6 +71,7 @@ from rafrx._redaction import (
     redact_with,
     url_secrets,
 )
+from rafrx.messages import _is_rafrx_mark
 from rafrx.response import AgentResponseResult, FinishReason, Usage
 
 __all__ = [
@@ -150,7 +151,7 @@ def _encode(value: Any, secrets: tuple[str, ...], *, blocks: bool = False) -> An
     if isinstance(value, list | tuple):
         return [_encode(v, secrets, blocks=blocks) for v in value]
     if isinstance(value, Mapping):
-        if str(value.get("type", "")).startswith("rafrx."):  # rafrx's own mark: its counts
+        if _is_rafrx_mark(value):  # rafrx's own mark: its counts
             counts = {k for k, v in value.items() if type(v) is int}  # stay (a PIN's digits)
             return {
                 k: v if k in counts else _encode(v, secrets, blocks=blocks)

@@ -19,6 +19,7 @@ import attrs
 from reactivex.subject import Subject
 
 from rafrx import content as c
+from rafrx.messages import _is_rafrx_mark
 from rafrx.operators import convert
 from rafrx.response import AgentResponseResult
 
@@ -82,11 +83,6 @@ def _as_timed_results(timed: list[tuple[float, Any]], end: float | None) -> list
 def _preview(item: Any) -> str:
     text = repr(item)
     return text if len(text) <= 160 else text[:157] + "…"
-
-
-def _is_rafrx_mark(block: Any) -> bool:
-    """Whether a provider block is one of rafrx's own marks (``rafrx.text_ref`` …)."""
-    return isinstance(block, dict) and str(block.get("type", "")).startswith("rafrx.")
 
 
 def marks(timed: list[tuple[float, Any]], end: float | None) -> list[Mark]:

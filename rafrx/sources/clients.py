@@ -631,9 +631,10 @@ def _tools(
     ``web_search``, a ``custom`` tool, Anthropic's ``web_search_20250305``) as given."""
     out = []
     for tool in tools:
-        kind = tool.get("type") if isinstance(tool, Mapping) else None
-        given = isinstance(kind, str) and kind not in own
-        out.append(copy.deepcopy(dict(tool)) if given else shape(tool))  # type: ignore[arg-type]
+        if isinstance(tool, Mapping) and _block_type(tool) not in (None, *own):
+            out.append(copy.deepcopy(dict(tool)))
+        else:
+            out.append(shape(tool))
     return out
 
 
