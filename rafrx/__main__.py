@@ -380,8 +380,8 @@ async def _serve(args: argparse.Namespace) -> int:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(sig, stop.set)
+        with contextlib.suppress(NotImplementedError, RuntimeError):  # (Windows' loops:
+            loop.add_signal_handler(sig, stop.set)  # Ctrl-C ends it as KeyboardInterrupt)
     print(f"rafrx scripted LLM server listening on {server.url}", flush=True)
     print(
         "  POST /v1/chat/completions (OpenAI chat) · /v1/messages (Anthropic)"
