@@ -48,7 +48,14 @@ from rafrx._call import call_on
 from rafrx._cycles import Outcome
 from rafrx.errors import MaxStepsExceeded, RafrxError
 from rafrx.history import ContextProvider, HistoryProvider
-from rafrx.messages import ChatMessage, MessageSource, answers_approvals, is_paused, paired
+from rafrx.messages import (
+    ChatMessage,
+    MessageRole,
+    MessageSource,
+    answers_approvals,
+    is_paused,
+    paired,
+)
 from rafrx.operators import convert, execute_tools
 from rafrx.operators._aggregate import ResponseAggregator, collect_agent_response
 from rafrx.operators._execute_tools import Approver, clip
@@ -83,6 +90,27 @@ def _as_input(value: str | ChatMessage | Sequence[ChatMessage]) -> tuple[ChatMes
         if not isinstance(message, ChatMessage):
             raise TypeError(f"an agent's input is a str or ChatMessage, not {message!r}")
     return tuple(m if m.source else m.with_source(MessageSource.EXTERNAL) for m in messages)
+
+
+def _paired_before(
+    loaded: list[ChatMessage], new_input: Sequence[ChatMessage]
+) -> list[ChatMessage]:
+    """The loaded history repaired by :func:`~rafrx.messages.paired`, where the tool results
+    that open the new input answer the calls the history ends with (a user who ran them).
+
+    Example:
+        >>> from rafrx.messages import ToolCall
+        >>> call = ChatMessage.assistant_with_tools("", [ToolCall("c1", "now", {})])
+        >>> _paired_before([call], [ChatMessage.tool("12:00", "c1")]) == [call]
+        True
+    """
+    answers: list[ChatMessage] = []
+    for message in new_input:
+        if message.role is not MessageRole.TOOL:
+            break
+        answers.append(message)
+    given = {id(m) for m in answers}
+    return [m for m in paired([*loaded, *answers]) if id(m) not in given]
 
 
 def _messages_from(provider: object, method: str, value: Any) -> list[ChatMessage]:
@@ -384,7 +412,8 @@ class _Turn:
         if agent.history is not None:
             await _settled(agent._saving)  # another turn's save: load what it saves
             loaded = _messages_from(agent.history, "load()", await agent.history.load())
-            history = [m.with_source(MessageSource.CHAT_HISTORY) for m in paired(loaded)]
+            repaired = _paired_before(loaded, self.new_input)
+            history = [m.with_source(MessageSource.CHAT_HISTORY) for m in repaired]
         context: list[ChatMessage] = []
         for provider in agent.context_providers:
             given = await provider.provide((*history, *self.new_input))

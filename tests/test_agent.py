@@ -26,6 +26,7 @@ from rafrx.events import FinishEvent, ResponseStartedEvent, ToolApprovalRequestE
 from rafrx.history import InMemoryHistoryProvider
 from rafrx.messages import (
     ANTHROPIC_THINKING,
+    LOST_RESULT,
     ChatMessage,
     MessageRole,
     MessageSource,
@@ -478,6 +479,41 @@ async def test_a_fresh_agent_continues_from_the_saved_history() -> None:
         "4 and 6.",
         "And their sum?",
         "10.",
+    ]
+
+
+@pytest.mark.asyncio
+async def test_new_input_answering_the_calls_the_history_ends_with_is_not_repaired_away() -> None:
+    """A saved turn that ended on a call (the user ran the tool): the results given as the
+    next input answer it; no "result lost" error is added beside them."""
+    history = InMemoryHistoryProvider()
+    call = ChatMessage.assistant_with_tools("", [ToolCall("c1", "add", {"a": 1, "b": 1})])
+    await history.save([ChatMessage.user("1+1?"), call])
+    client = FakeClient(text("2."))
+    await Agent(client, history=history).send([ChatMessage.tool("2", "c1", source=EXTERNAL)])
+    sent = client.requests[0][0]
+    assert [(m.role.value, m.tool_call_id, m.content) for m in sent] == [
+        ("user", None, "1+1?"),
+        ("assistant", None, ""),
+        ("tool", "c1", "2"),
+    ]
+    assert not any(m.is_error for m in sent)
+
+
+@pytest.mark.asyncio
+async def test_new_input_answering_some_calls_still_repairs_the_others() -> None:
+    history = InMemoryHistoryProvider()
+    calls_ = [ToolCall("c1", "add", {"a": 1, "b": 1}), ToolCall("c2", "add", {"a": 2, "b": 2})]
+    await history.save([ChatMessage.user("q"), ChatMessage.assistant_with_tools("", calls_)])
+    client = FakeClient(text("ok"))
+    await Agent(client, history=history).send(
+        [ChatMessage.tool("4", "c2", source=EXTERNAL), ChatMessage.tool("x", "zz")]
+    )
+    sent = client.requests[0][0]
+    assert [(m.tool_call_id, m.content, m.is_error) for m in sent[2:]] == [
+        ("c1", LOST_RESULT, True),
+        ("c2", "4", False),
+        ("zz", "x", False),  # (the new input goes as given)
     ]
 
 
