@@ -135,9 +135,11 @@ class LegacyDeltaSplitter:
         if type(block) is not dict or block.get("type") != "tool_call_extra":
             return update
         index = block.get("index")
-        slot = self._slots.get(index) if type(index) is int else None
-        if slot is None:
+        if type(index) is not int or index < 0:
             return update
+        slot = self._slots.get(index)
+        if slot is None:  # (sent before the call itself: the call it will name)
+            slot = self._slots[index] = _Slot(None)
         if not slot.id:  # (not started yet: the id it will start with)
             slot.id = new_call_id()
             slot.generated = True
@@ -192,9 +194,9 @@ class LegacyDeltaSplitter:
             if not slot.id:
                 slot.id = new_call_id()
                 slot.generated = True
-            elif self._ids.get(slot.id, slot.name) != slot.name:
-                # Another call by that id (an index may repeat an id to go on with its
-                # call, as the name shows): one id each, for each to be answered apart.
+            elif slot.id in self._ids:
+                # Another call by that id (DeepSeek, GLM and Kimi may give parallel calls
+                # one id): one id each, for each to be answered apart.
                 slot.id = self._unique(slot.id)
             self._ids[slot.id] = slot.name
             self._open.append(slot)

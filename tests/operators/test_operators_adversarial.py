@@ -310,15 +310,20 @@ def test_split_passes_start_args_updates_and_objects_untouched() -> None:
     assert all(a is b for a, b in zip(out, items, strict=True))
 
 
-def test_split_same_id_on_two_indexes_merges_into_one_started_call() -> None:
+def test_split_same_id_and_name_on_two_indexes_are_two_calls() -> None:
+    """Each index is its own call, as openai-python reads it, even under one id."""
     out, errors = run(
-        [D(0, id="a", name="f", arguments_delta="{"), D(1, id="a", name="f", arguments_delta="}")],
+        [
+            D(0, id="a", name="f", arguments_delta='{"x": '),
+            D(1, id="a", name="f", arguments_delta='{"x": 2}'),
+            D(0, arguments_delta="1}"),
+        ],
         ops.split_legacy_delta(),
         ops.accumulate_tool_calls(),
         ops.flush_tool_calls(),
     )
     assert errors == []
-    assert [(c.call_id, c.arguments) for c in callings(out)] == [("a", {})]
+    assert [(c.call_id, c.arguments) for c in callings(out)] == [("a", {"x": 1}), ("a_2", {"x": 2})]
 
 
 def test_split_unicode_ids_names_and_a_huge_held_back_argument() -> None:
