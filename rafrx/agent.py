@@ -39,7 +39,7 @@ import asyncio
 import logging
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeAlias, cast
 
 from reactivex import Observable, abc
 from reactivex.disposable import Disposable
@@ -59,17 +59,32 @@ from rafrx.messages import (
 from rafrx.operators import convert, execute_tools
 from rafrx.operators._aggregate import ResponseAggregator, collect_agent_response
 from rafrx.operators._execute_tools import Approver, clip
-from rafrx.response import AgentResponse, AgentResponseResult
+from rafrx.response import AgentResponse, AgentResponseResult, FinishReason
 from rafrx.tools import Tool, as_tool
 from rafrx.typing import Operator
 from rafrx.updates import AgentResponseUpdate
 
-__all__ = ["Agent", "ChatClient"]
+__all__ = ["Agent", "ChatClient", "ServerTool"]
 
 logger = logging.getLogger(__name__)
 
 #: Running turns, so that a turn nobody holds a reference to still runs to its end.
 _RUNNING: set[asyncio.Task[None]] = set()
+
+
+ServerTool: TypeAlias = Mapping[str, Any]
+"""A tool the provider defines and runs itself, as the provider's request shapes it."""
+
+
+def _offered(value: Tool | Callable[..., Any] | ServerTool) -> Tool | ServerTool:
+    """A tool as the client offers it: a server tool's mapping as is, else a :class:`Tool`."""
+    return value if isinstance(value, Mapping) else as_tool(value)
+
+
+def _tool_name(value: Tool | Callable[..., Any] | ServerTool) -> str:
+    if isinstance(value, Mapping):
+        return str(value.get("name") or value.get("type"))
+    return as_tool(value).name
 
 
 class ChatClient(Protocol):
@@ -78,7 +93,8 @@ class ChatClient(Protocol):
     def stream(
         self, messages: Sequence[ChatMessage], tools: Sequence[Tool] | None = None
     ) -> Observable[AgentResponseUpdate]:
-        """The updates of one LLM call over ``messages``, offering ``tools``."""
+        """The updates of one LLM call over ``messages``, offering ``tools`` (with the
+        :data:`ServerTool` mappings an agent was given, which rafrx's clients take)."""
         ...
 
 
@@ -138,11 +154,16 @@ class Agent:
         client: Has ``stream(messages, tools)`` returning an ``Observable``
             of updates (``OpenAIChatClient``, ``AnthropicClient``,
             ``OpenAIResponsesClient``, or your own).
-        tools: :class:`~rafrx.tools.Tool` values, or plain functions (made
-            into tools with ``@tool``).
+        tools: :class:`~rafrx.tools.Tool` values, plain functions (made
+            into tools with ``@tool``), or mappings of tools the provider runs
+            itself (Anthropic's ``{"type": "web_search_20250305", ...}``, the
+            Responses API's ``{"type": "web_search"}``): offered as given, never
+            run here.
         instructions: A system message sent first in every LLM call.
         history: Loaded before each turn and given the turn's new messages
-            after it succeeds.
+            after it succeeds, unless the provider refused or filtered its
+            answer (finish reason ``content_filter``: Anthropic requires the
+            refused exchange to leave the conversation).
         context_providers: Asked for extra messages at the start of each turn.
         approver: Answers approval requests of tools that require approval
             (see :func:`~rafrx.operators.execute_tools`). An observable of
@@ -183,7 +204,7 @@ class Agent:
     def __init__(
         self,
         client: ChatClient,
-        tools: Iterable[Tool | Callable[..., Any]] = (),
+        tools: Iterable[Tool | Callable[..., Any] | ServerTool] = (),
         instructions: str | None = None,
         history: HistoryProvider | None = None,
         context_providers: Iterable[ContextProvider] = (),
@@ -199,7 +220,7 @@ class Agent:
         if max_steps < 1:
             raise ValueError(f"max_steps must be at least 1, got {max_steps}")
         self.client = client
-        self.tools: tuple[Tool, ...] = tuple(as_tool(t) for t in tools)
+        self.tools: tuple[Tool | ServerTool, ...] = tuple(_offered(t) for t in tools)
         self.instructions = instructions
         self.history = history
         self.context_providers: tuple[ContextProvider, ...] = tuple(context_providers)
@@ -217,7 +238,7 @@ class Agent:
     def _executor(self) -> Operator[AgentResponseResult, AgentResponseResult]:
         """``execute_tools`` over the agent's tools and approver as they are now."""
         return execute_tools(
-            self.tools,
+            [t for t in self.tools if not isinstance(t, Mapping)],
             self.approver,
             concurrency=self.concurrency,
             max_result_chars=self.max_result_chars,
@@ -225,7 +246,7 @@ class Agent:
         )
 
     def __repr__(self) -> str:
-        tools = ", ".join(t.name for t in self.tools)
+        tools = ", ".join(_tool_name(t) for t in self.tools)
         return (
             f"Agent(id={self.id!r}, client={type(self.client).__name__}, tools=[{tools}], "
             f"max_steps={self.max_steps})"
@@ -441,10 +462,17 @@ class _Turn:
             raise MaxStepsExceeded(
                 f"{doing} after {agent.max_steps} LLM calls (max_steps={agent.max_steps})"
             )
-        if agent.history is not None:
-            await _settled(agent._saving)  # one save at a time: rows never interleave
-            save = agent.history.save([*self.new_input, *self.turn.response().turn_transcript])
-            await _to_its_end(save, agent._saving)
+        if agent.history is None:
+            return
+        response = self.turn.response()
+        if response.finish_reason is FinishReason.CONTENT_FILTER:
+            # Anthropic: "you must reset the conversation context" after a refusal, or
+            # the next turns are refused too; a filtered answer is no use to go on from.
+            logger.warning("a turn the provider refused or filtered was not saved to history")
+            return
+        await _settled(agent._saving)  # one save at a time: rows never interleave
+        save = agent.history.save([*self.new_input, *response.turn_transcript])
+        await _to_its_end(save, agent._saving)
 
     async def step(self, messages: Sequence[ChatMessage]) -> AgentResponse:
         """One LLM call and its tool runs; every result is forwarded downstream."""
@@ -462,8 +490,9 @@ class _Turn:
             except Exception as exc:  # a downstream callback failed: end the turn with it
                 done.set_exception(exc)
 
-        tools = tuple(as_tool(t) for t in agent.tools)  # (assigned ones may be plain functions)
-        source = agent.client.stream(tuple(messages), tools or None)
+        tools = tuple(_offered(t) for t in agent.tools)  # (assigned ones may be plain functions)
+        # (Typed as Tools for the clients users write: a ServerTool only if they gave one.)
+        source = agent.client.stream(tuple(messages), cast("tuple[Tool, ...]", tools) or None)
         results = source.pipe(convert(eager=agent.eager_tools), agent._executor())
         subscription = results.subscribe(on_next, done.set_exception, lambda: done.set_result(None))
         self.current = subscription

@@ -30,6 +30,7 @@ import attrs
 
 __all__ = [
     "ANTHROPIC_THINKING",
+    "CONTAINER_REF",
     "CUSTOM_TOOL_CALL_REF",
     "FUNCTION_CALL_REF",
     "LOST_RESULT",
@@ -53,6 +54,7 @@ __all__ = [
     "from_anthropic",
     "is_paused",
     "paired",
+    "pending_container",
     "provider_data_of",
     "to_anthropic",
     "to_openai_chat",
@@ -638,6 +640,12 @@ CUSTOM_TOOL_CALL_REF = "rafrx.custom_tool_call_ref"
 TEXT_REF = "rafrx.text_ref"
 TOOL_USE_REF = "rafrx.tool_use_ref"
 
+#: Type of the ``provider_data`` block (under :data:`ANTHROPIC_THINKING`) holding the code
+#: execution container of an Anthropic message (``{"type": ..., "id": ..., "expires_at":
+#: ...}``, from ``message_delta``): calls that Claude's code made wait in it, and the next
+#: request names it (``container``), as :func:`pending_container` finds.
+CONTAINER_REF = "rafrx.container"
+
 #: Type of the ``provider_data`` block (under :data:`ANTHROPIC_THINKING`) marking an
 #: Anthropic message that stopped with ``pause_turn``: the server paused a long turn of
 #: its tools, and :class:`~rafrx.Agent` sends the message back for Claude to go on.
@@ -704,6 +712,29 @@ def is_paused(message: ChatMessage) -> bool:
     :data:`PAUSE_TURN_REF`): it goes back as it is, for the model to go on."""
     blocks = message.provider_data.get(ANTHROPIC_THINKING, ()) if message.provider_data else ()
     return any(_block_type(b) == PAUSE_TURN_REF for b in blocks)
+
+
+def pending_container(messages: Sequence[ChatMessage]) -> str | None:
+    """The id of the code execution container that the last assistant message's tool
+    calls wait in (:data:`CONTAINER_REF`): Anthropic requires it with their results.
+
+    Example:
+        >>> mark = {"type": CONTAINER_REF, "id": "container_1"}
+        >>> calls = [ToolCall("c1", "f", {})]
+        >>> thinking = {ANTHROPIC_THINKING: (mark,)}
+        >>> calling = ChatMessage("assistant", tool_calls=calls, provider_data=thinking)
+        >>> pending_container([calling, ChatMessage.tool("done", "c1")])
+        'container_1'
+    """
+    for message in reversed(messages):
+        if message.role is MessageRole.ASSISTANT:
+            if not message.tool_calls or not message.provider_data:
+                return None
+            for block in message.provider_data.get(ANTHROPIC_THINKING, ()):
+                if _block_type(block) == CONTAINER_REF and isinstance(block.get("id"), str):
+                    return str(block["id"])
+            return None
+    return None
 
 
 def answers_approvals(message: ChatMessage) -> bool:
@@ -837,9 +868,10 @@ def _assistant_blocks(msg: ChatMessage, kept: Sequence[Any]) -> list[dict[str, A
         elif kind == TOOL_USE_REF:
             call = calls.pop(block.get("id"), None)
             if call is not None:
-                blocks.append(_tool_use(call))
-        elif kind == PAUSE_TURN_REF:
-            continue  # (rafrx's own mark, not the API's)
+                extra = {k: copy.deepcopy(v) for k, v in block.items() if k not in ("type", "id")}
+                blocks.append(_tool_use(call) | extra)  # (a programmatic call's caller)
+        elif _is_rafrx_mark(block):
+            continue  # (rafrx's own, not the API's: PAUSE_TURN_REF, CONTAINER_REF)
         else:
             blocks.append(copy.deepcopy(block))
     if text[at:].strip():  # Anthropic refuses a whitespace-only text block
@@ -936,16 +968,26 @@ def _thinking_of(content: Sequence[Mapping[str, Any]]) -> tuple[dict[str, Any], 
     the text and calls among them when they stood between them."""
     kinds = [b.get("type") for b in content]
     is_kept = [k not in ("text", "tool_use") for k in kinds]
-    if not any(is_kept):
-        return ()
+    extras = [
+        _tool_use_extra(b) if k == "tool_use" else {} for b, k in zip(content, kinds, strict=True)
+    ]
     first_other = is_kept.index(False) if False in is_kept else len(kinds)
-    interleaved = any(is_kept[first_other:])
+    interleaved = any(is_kept[first_other:]) or any(extras)
+    if not interleaved and not any(is_kept):
+        return ()
     kept: list[dict[str, Any]] = []
-    for block, kind, keep in zip(content, kinds, is_kept, strict=True):
+    for block, kind, keep, extra in zip(content, kinds, is_kept, extras, strict=True):
         if keep:
             kept.append(copy.deepcopy(dict(block)))
         elif interleaved and kind == "text":
             kept.append({"type": TEXT_REF, "chars": len(block.get("text", ""))})
         elif interleaved and kind == "tool_use":
-            kept.append({"type": TOOL_USE_REF, "id": block.get("id")})
+            kept.append({"type": TOOL_USE_REF, "id": block.get("id"), **extra})
     return tuple(kept)
+
+
+def _tool_use_extra(block: Mapping[str, Any]) -> dict[str, Any]:
+    """A ``tool_use`` block's members besides its call's (a programmatic call's ``caller``)."""
+    return {
+        k: copy.deepcopy(v) for k, v in block.items() if k not in ("type", "id", "name", "input")
+    }

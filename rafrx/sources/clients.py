@@ -55,6 +55,7 @@ from rafrx.messages import (
     _block_type,
     _unique_call_ids,
     custom_input,
+    pending_container,
     to_anthropic,
     to_openai_chat,
 )
@@ -352,6 +353,8 @@ class LLMClient(abc.ABC):
             environment. Off by default, as in aiohttp: a proxy set for the
             internet would otherwise also carry requests to local servers.
         **params: More body fields (``temperature``, ``reasoning_effort`` …).
+            ``tools`` given here are offered in every call, after the call's own
+            (a provider's server tool such as Anthropic's ``web_search_20250305``).
     """
 
     dialect: ClassVar[str]
@@ -432,8 +435,10 @@ class LLMClient(abc.ABC):
             tools: The tools offered to the model.
             **params: Body fields for this call only (override the client's).
         """
-        payload = self._payload(list(messages), list(tools or ()))
-        payload.update(self.params)
+        fields = dict(self.params)
+        offered = [*(tools or ()), *(fields.pop("tools", None) or ())]  # (the client's: too)
+        payload = self._payload(list(messages), offered)
+        payload.update(fields)
         payload.update(params)
         payload["stream"] = True
         payload = self._complete(payload)
@@ -702,6 +707,9 @@ class AnthropicClient(LLMClient):
             payload["system"] = system
         if tools:
             payload["tools"] = _tools(tools, ("function", "custom"), _anthropic_tool)
+        container = pending_container(messages)
+        if container is not None:  # (calls made by Claude's code wait in it)
+            payload["container"] = container
         return payload
 
     def _protocol_headers(self) -> dict[str, str]:

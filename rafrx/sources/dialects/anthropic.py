@@ -16,12 +16,17 @@
 * ``tool_use`` blocks → ``ToolCallStart`` / ``ToolCallArgs`` / ``ToolCallEnd``.
   A block that never stops (``max_tokens`` cut it) gets no ``ToolCallEnd``,
   so its call is never run: it ends cut short (``ToolCallIncompleteContent``).
+  A block's other members (the ``caller`` of a call made by Claude's code)
+  go on its ``TOOL_USE_REF``, which then goes out at once, for the block to
+  go back whole and in its place.
 * Blocks of server tools, which Anthropic runs (``server_tool_use`` with its
   streamed input, ``web_search_tool_result``, ``mcp_tool_use`` …, any other
   block type), are kept whole, like thinking blocks, as one
   ``ReasoningDelta("", provider_data=block)`` at their end: a paused turn
   (``pause_turn``, marked by a ``PAUSE_TURN_REF`` block) goes back as it came
-  for Claude to go on with it.
+  for Claude to go on with it. A code execution ``container`` in
+  ``message_delta`` is kept as a ``CONTAINER_REF`` block: the next request
+  names it while calls made by Claude's code wait in it.
 * ``message_delta`` carries the stop reason and *cumulative* usage (it
   overwrites, never adds); ``message_stop`` → ``Finish(reason, usage)`` with
   ``prompt_tokens`` = input + cache creation + cache read tokens. A stop
@@ -54,7 +59,7 @@ import msgspec
 
 from rafrx import response
 from rafrx.errors import IncompleteStream
-from rafrx.messages import PAUSE_TURN_REF, TEXT_REF, TOOL_USE_REF
+from rafrx.messages import CONTAINER_REF, PAUSE_TURN_REF, TEXT_REF, TOOL_USE_REF, _tool_use_extra
 from rafrx.response import FinishReason
 from rafrx.sources.dialects._common import (
     as_int,
@@ -111,14 +116,21 @@ cached_tokens=100)
         prompt_tokens=prompt,
         completion_tokens=completion,
         total_tokens=prompt + completion,
+        reasoning_tokens=_thinking_tokens(usage),
         cached_tokens=cache_read,
     )
+
+
+def _thinking_tokens(usage: dict[str, Any]) -> int | None:
+    """The thinking share of the output tokens (``output_tokens_details.thinking_tokens``)."""
+    details = usage.get("output_tokens_details")
+    return as_int(details.get("thinking_tokens")) if isinstance(details, dict) else None
 
 
 class _Block:
     """A content block being streamed."""
 
-    __slots__ = ("id", "signature", "start", "stopped", "thinking", "type", "whole")
+    __slots__ = ("extra", "id", "signature", "start", "stopped", "thinking", "type", "whole")
 
     def __init__(self, kind: str, block_id: str = "") -> None:
         self.type = kind
@@ -128,6 +140,7 @@ class _Block:
         self.signature: str | None = None
         self.stopped = False
         self.start = 0  # where a text block starts in the message's text
+        self.extra: dict[str, Any] = {}  # a tool_use block's other members (its ``caller``)
 
 
 # A content_block_delta of text, arguments or thinking (nearly every event of a
@@ -234,6 +247,9 @@ class AnthropicDialect:
                 value = as_int(usage.get(key))
                 if value is not None:
                     self._usage[key] = value  # cumulative: overwrite
+            thinking = _thinking_tokens(usage)
+            if thinking is not None:
+                self._usage["output_tokens_details"] = {"thinking_tokens": thinking}
 
     def _message_start(
         self, event: ServerSentEvent, data: dict[str, Any]
@@ -265,7 +281,8 @@ class AnthropicDialect:
             call_id, name = as_str(block.get("id")), as_str(block.get("name"))
             if call_id is None or name is None:
                 raise malformed(event, "a tool_use block needs an 'id' and a 'name'")
-            self._blocks[index] = _Block(kind, call_id)
+            state = self._blocks[index] = _Block(kind, call_id)
+            state.extra = _tool_use_extra(block)
             out: list[AgentResponseUpdate] = [ToolCallStart(call_id, name)]
             initial = block.get("input")
             if initial:
@@ -303,12 +320,13 @@ class AnthropicDialect:
         self._refs.clear()
         return out
 
-    def _ref(self, ref: dict[str, Any]) -> list[AgentResponseUpdate]:
-        """A text or tool_use block ended: note where it stood (sent once thinking follows)."""
+    def _ref(self, ref: dict[str, Any], needed: bool = False) -> list[AgentResponseUpdate]:
+        """A text or tool_use block ended: note where it stood, sent once thinking follows
+        or at once when ``needed`` (a ``tool_use`` block's ``caller`` goes back on its ref)."""
         if self._interleaved:
             return [ReasoningDelta("", provider_data=ref)]
         self._refs.append(ref)
-        return []
+        return self._thinking_starts() if needed else []
 
     def _block_delta(
         self, event: ServerSentEvent, data: dict[str, Any]
@@ -376,7 +394,8 @@ class AnthropicDialect:
             return []
         block.stopped = True
         if block.type == "tool_use":
-            return [ToolCallEnd(block.id), *self._ref({"type": TOOL_USE_REF, "id": block.id})]
+            ref = {"type": TOOL_USE_REF, "id": block.id, **block.extra}
+            return [ToolCallEnd(block.id), *self._ref(ref, needed=bool(block.extra))]
         if block.type == "thinking":
             whole = {"type": "thinking", "thinking": "".join(block.thinking)}
             whole["signature"] = block.signature or ""
@@ -395,9 +414,14 @@ class AnthropicDialect:
         if reason is not None:
             self._stop_reason = reason
         self._add_usage(event, data)
+        out: list[AgentResponseUpdate] = []
+        container = delta.get("container")
+        if isinstance(container, dict) and isinstance(container.get("id"), str):
+            mark = {"type": CONTAINER_REF, **container}  # (calls may wait in it)
+            out.append(ReasoningDelta("", provider_data=mark))
         if reason == "pause_turn":  # marked, for the agent to send the message back
-            return [ReasoningDelta("", provider_data={"type": PAUSE_TURN_REF})]
-        return []
+            out.append(ReasoningDelta("", provider_data={"type": PAUSE_TURN_REF}))
+        return out
 
     def _message_stop(
         self, event: ServerSentEvent, data: dict[str, Any]
