@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 if TYPE_CHECKING:
     from rafrx.agent import Agent
     from rafrx.events import ToolApprovalRequestEvent
-    from rafrx.response import AgentResponseResult
+    from rafrx.response import AgentResponse, AgentResponseResult
     from rafrx.sources.clients import LLMClient
     from rafrx.terminal import TerminalRenderer
     from rafrx.testing import RecordedRequest, ServerResponse
@@ -192,6 +192,7 @@ def _client(fmt: str, base_url: str, model: str, api_key: str | None = None) -> 
 async def _render_turn(
     renderer: TerminalRenderer, results: Any, *, agent_id: str | None = None
 ) -> Any:
+    """Render ``results`` live and return their response; a stream that fails raises."""
     from reactivex import operators as rx
 
     from rafrx.operators._aggregate import collect_agent_response
@@ -203,6 +204,24 @@ async def _render_turn(
         renderer.close()
     renderer.response(response)
     return response
+
+
+def _ended_in_error(response: AgentResponse) -> bool:
+    """Whether the server ended the turn with an error it sent as a finish reason.
+
+    OpenAI-compatible servers say so in the stream (``"finish_reason": "error"``,
+    vLLM's ``"abort"``...), which ends it normally with :attr:`FinishReason.ERROR`;
+    Anthropic and Responses send an error event, which fails the stream. Either
+    way the turn failed.
+
+    Example:
+        >>> from rafrx.response import AgentResponse, FinishReason
+        >>> _ended_in_error(AgentResponse(finish_reason=FinishReason.ERROR))
+        True
+    """
+    from rafrx.response import FinishReason
+
+    return response.finish_reason is FinishReason.ERROR
 
 
 async def _demo(args: argparse.Namespace) -> int:
@@ -231,13 +250,13 @@ async def _demo(args: argparse.Namespace) -> int:
 
             turn = record(turn, args.record)
         try:
-            await _render_turn(renderer, turn, agent_id=agent.id)
+            response = await _render_turn(renderer, turn, agent_id=agent.id)
         except RafrxError as exc:
             renderer.error(exc)
             return 1
         finally:
             await client.aclose()
-    return 0
+    return 1 if _ended_in_error(response) else 0
 
 
 # ----------------------------------------------------------------- replay
@@ -282,18 +301,18 @@ async def _replay(args: argparse.Namespace) -> int:
     results = as_results(source)
     try:
         if args.json:
-            await collect_agent_response(results.pipe(rx.do_action(on_next=_print_json)))
-            return 0
+            response = await collect_agent_response(results.pipe(rx.do_action(on_next=_print_json)))
+            return 1 if _ended_in_error(response) else 0
         renderer = TerminalRenderer(sys.stdout, color=False if args.plain else None)
         try:
-            await _render_turn(renderer, results)
+            response = await _render_turn(renderer, results)
         except RafrxError as exc:
             renderer.error(exc)
             return 1
     except RafrxError as exc:
         _complain(f"rafrx replay: stream failed: {type(exc).__name__}: {error_text(exc)}")
         return 1
-    return 0
+    return 1 if _ended_in_error(response) else 0
 
 
 # ----------------------------------------------------------------- chat
@@ -328,7 +347,7 @@ async def _read_line(prompt: str) -> str | None:
 
 async def _chat(args: argparse.Namespace) -> int:
     from rafrx.errors import IdleTimeout, RafrxError, StreamInterrupted, TransportError
-    from rafrx.messages import ChatMessage
+    from rafrx.messages import ChatMessage, paired
     from rafrx.operators import convert
     from rafrx.terminal import TerminalRenderer
 
@@ -359,7 +378,12 @@ async def _chat(args: argparse.Namespace) -> int:
                 renderer.error(exc)
                 failed += 1
                 continue
-            history = [*messages, *response.turn_transcript]
+            if _ended_in_error(response):  # as a stream that failed: the turn is not kept
+                failed += 1
+                continue
+            # A reply may call a tool (chat offers none, but a model or a gateway may):
+            # every provider refuses a history with a call and no result after it.
+            history = paired([*messages, *response.turn_transcript])
     finally:
         await client.aclose()
     return 1 if turns and failed == turns else 0  # every turn failed: tell the caller

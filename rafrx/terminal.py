@@ -27,7 +27,6 @@ Example:
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import time
@@ -38,12 +37,15 @@ import attrs
 from rafrx import content as c
 from rafrx.errors import error_text
 from rafrx.events import FinishEvent, ResponseStartedEvent, ToolApprovalRequestEvent
-from rafrx.notebook._format import LONG_ARG_BYTES, human_size, json_preview, usage_line
-from rafrx.response import AgentResponse, AgentResponseResult, Usage
+from rafrx.notebook._format import LONG_ARG_BYTES, human_size, one_line, usage_line
+from rafrx.response import AgentResponse, AgentResponseResult, FinishReason, Usage
 
 __all__ = ["TerminalRenderer", "supports_color"]
 
-_PREVIEW: Final = 100
+# Model-made names, ids and values are printed on one line (one_line), cut to: 100
+# characters (its default) for a name, id or argument value, and to these for the rest.
+_VALUE: Final = 300  # a tool's result or error, a link, why arguments are invalid
+_ERROR: Final = 2000  # the error that ended a stream (a provider's message, may be long)
 
 
 @attrs.frozen
@@ -65,14 +67,19 @@ _RED, _GREEN, _YELLOW, _CYAN = "\x1b[31m", "\x1b[32m", "\x1b[33m", "\x1b[36m"
 _CLEAR_LINE = "\r\x1b[K"
 # Control characters other than tab and newline (C0, DEL, C1): from a stream, an escape
 # sequence or a carriage return would drive the terminal (clear it, retitle it, hide text).
-_CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+# And the bidi controls (marks, embeddings, overrides, isolates): they reorder what follows
+# on a terminal that applies bidi, so "/tmp/\u202egnp.exe" would read as "/tmp/exe.png".
+_CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 
 
 def inert(text: str) -> str:
-    """``text`` with its control characters (but tab and newline) shown as U+FFFD.
+    """``text`` with its control characters (but tab and newline) and its bidi
+    controls shown as U+FFFD.
 
     Example:
         >>> inert("ok\\x1b[2J\\rdone\\n") == "ok\\ufffd[2J\\ufffddone\\n"
+        True
+        >>> inert("/tmp/\\u202egnp.exe") == "/tmp/\\ufffdgnp.exe"
         True
     """
     return text if text.isprintable() else _CONTROLS.sub("\ufffd", text)
@@ -92,18 +99,6 @@ def supports_color(stream: TextIO) -> bool:
         return False
     isatty = getattr(stream, "isatty", None)
     return bool(isatty and isatty())
-
-
-def _short(value: Any, limit: int = _PREVIEW, *, as_json: bool = False) -> str:
-    """``value`` on one line (a ``str`` as it is unless ``as_json``, anything else as
-    JSON), cut to ``limit`` characters: the work is bounded by what is shown."""
-    if isinstance(value, str):
-        value = value[: limit + 1]
-        text = json.dumps(value, ensure_ascii=False) if as_json else value
-    else:
-        text = json_preview(value, limit=limit + 1, indent=None)
-    text = text.replace("\n", "\\n")
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 class TerminalRenderer:
@@ -173,13 +168,15 @@ class TerminalRenderer:
     def response(self, response: AgentResponse) -> None:
         """Finish with the turn's usage and finish reason (and any in-band error)."""
         for message in self._errors:
-            self._line(f"error: {message}", _RED, _BOLD)
+            self._line(f"error: {one_line(message, _ERROR)}", _RED, _BOLD)
+        if response.finish_reason is FinishReason.ERROR and not self._errors:
+            self._line("error: the server ended the turn with an error", _RED, _BOLD)
         self._errors.clear()
         parts = [f"finish: {response.finish_reason}"]
         if response.usage is not None and self._step_usages != [response.usage]:
             parts.insert(0, usage_line(response.usage))  # else its one finish line showed them
         if response.model:
-            parts.append(f"model: {response.model}")
+            parts.append(f"model: {one_line(response.model)}")
         self._line(" · ".join(parts), _DIM)
 
     def note(self, text: str, *, bold: bool = False) -> None:
@@ -189,7 +186,8 @@ class TerminalRenderer:
     def error(self, error: BaseException) -> None:
         """Report the error that ended the stream (it replaces the stream's ``ErrorContent``)."""
         self._errors.clear()
-        self._line(f"error: {type(error).__name__}: {error_text(error)}", _RED, _BOLD)
+        message = one_line(error_text(error), _ERROR)
+        self._line(f"error: {type(error).__name__}: {message}", _RED, _BOLD)
 
     def close(self) -> None:
         """End the current line, if any."""
@@ -202,11 +200,13 @@ class TerminalRenderer:
         if isinstance(event, ResponseStartedEvent):
             self._steps += 1
             if self._steps > 1:
-                model = f" ({event.model or result.model})" if event.model or result.model else ""
+                name = event.model or result.model
+                model = f" ({one_line(name)})" if name else ""
                 self._line(f"{self.style.step} step {self._steps}{model} {self.style.step}", _DIM)
         elif isinstance(event, ToolApprovalRequestEvent):
-            args = _short(event.arguments)
-            self._line(f"{self.style.ask} approval asked: {event.name}({args})", _YELLOW)
+            args = one_line(event.arguments)
+            name = one_line(event.name)
+            self._line(f"{self.style.ask} approval asked: {name}({args})", _YELLOW)
         elif isinstance(event, FinishEvent) and event.usage is not None:
             self._step_usages.append(event.usage)
             self._line(f"{usage_line(event.usage)} · {event.finish_reason}", _DIM)
@@ -218,26 +218,31 @@ class TerminalRenderer:
             case c.ReasoningContent(text):
                 self._stream_text("reasoning", text)
             case c.UriContent(uri):
-                self._line(f"link: {uri}", _CYAN)
+                self._line(f"link: {one_line(uri, _VALUE)}", _CYAN)
             case c.ToolCallStartContent(call_id, name):
                 self._names[call_id] = name
-                self._line(f"{self.style.tool} {name} ({call_id})", _BOLD, _CYAN)
+                self._line(
+                    f"{self.style.tool} {one_line(name)} ({one_line(call_id)})", _BOLD, _CYAN
+                )
             case c.ToolCallArgsProgressContent(call_id, name, received):
                 self._on_progress(call_id, name, received)
             case c.ToolCallArgsParsedContent(call_id, name, value):
                 self._on_parsed(call_id, name, value)
             case c.ToolCallingContent(call_id, name, _args, raw, error) if error is not None:
-                self._line(f"{self.style.arg}invalid arguments for {name}: {error}", _RED)
-                self._line(f"{self.style.arg}raw: {_short(raw)}", _DIM)
+                why = one_line(error, _VALUE)
+                self._line(f"{self.style.arg}invalid arguments for {one_line(name)}: {why}", _RED)
+                self._line(f"{self.style.arg}raw: {one_line(raw)}", _DIM)
             case c.ToolCallIncompleteContent(call_id, name, raw):
-                self._line(f"{self.style.arg}{name} never ran: {item.error}", _RED)
-                self._line(f"{self.style.arg}raw: {_short(raw)}", _DIM)
+                why = one_line(item.error, _VALUE)
+                self._line(f"{self.style.arg}{one_line(name)} never ran: {why}", _RED)
+                self._line(f"{self.style.arg}raw: {one_line(raw)}", _DIM)
             case c.ToolCalledContent(call_id, result, error):
-                name = self._names.get(call_id, call_id)
+                name = one_line(self._names.get(call_id, call_id))
                 if error is not None:
-                    self._line(f"{self.style.fail} {name}: {_short(error, 300)}", _RED)
+                    self._line(f"{self.style.fail} {name}: {one_line(error, _VALUE)}", _RED)
                 else:
-                    self._line(f"{self.style.ok} {name} → {_short(result or '', 300)}", _GREEN)
+                    shown = one_line(result or "", _VALUE)
+                    self._line(f"{self.style.ok} {name} → {shown}", _GREEN)
             case c.ErrorContent(message):
                 self._errors.append(message)  # on_error follows: error() tells it
             case _:
@@ -257,17 +262,18 @@ class TerminalRenderer:
             self._break()
         spinner = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"[int(now * 10) % 10]
         self.stream.write(
-            self._paint(f"{self.style.arg}{name} {spinner} {human_size(received)}", _DIM)
+            self._paint(f"{self.style.arg}{one_line(name)} {spinner} {human_size(received)}", _DIM)
         )
         self.stream.flush()
         self._mode = "progress"
 
     def _on_parsed(self, call_id: str, name: str, value: Any) -> None:
         received = self._progress.pop((call_id, name), None)
+        shown = one_line(name)
         if received is not None and received >= LONG_ARG_BYTES:
             first = value.splitlines()[0] if isinstance(value, str) and value else ""
             self._line(
-                f"{self.style.arg}{name}: {human_size(received)} received · {_short(first, 60)}"
+                f"{self.style.arg}{shown}: {human_size(received)} received · {one_line(first, 60)}"
             )
         else:
-            self._line(f"{self.style.arg}{name} = {_short(value, as_json=True)}")
+            self._line(f"{self.style.arg}{shown} = {one_line(value, as_json=True)}")

@@ -542,8 +542,9 @@ def test_an_error_mid_stream_keeps_text_cards_and_shows_the_error_once() -> None
     assert "Writing " in final.text
     assert "[tool write_file c1: cut short]" in final.text  # never run
     assert "! arguments cut short: the stream ended before the call did" in final.text
-    assert "  content: 300 B …" in final.text
-    assert "<progress></progress>" in final.html  # still indeterminate: it never ended
+    assert "  content: 300 B (incomplete)" in final.text  # it never ended, nor will
+    assert "<progress></progress>" not in final.html  # no bar still spinning
+    assert "300 B (incomplete)" in final.html
     with pytest.raises(StreamInterrupted) as caught:
         _ = view.response
     assert caught.value.partial is not None

@@ -25,6 +25,7 @@ __all__ = [
     "human_size",
     "json_html",
     "json_preview",
+    "one_line",
     "showable",
     "usage_line",
 ]
@@ -100,6 +101,34 @@ def json_preview(value: Any, limit: int = PREVIEW_CHARS, indent: int | None = 1)
     except (TypeError, ValueError):  # e.g. a circular value
         return clip(repr(value), limit)
     return "".join(pieces)
+
+
+# Every character str.splitlines() breaks a line at, escaped: shown, but on the same line.
+_LINE_BREAKS: Final = str.maketrans(
+    {ch: ascii(ch)[1:-1] for ch in "\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029"}
+)
+
+
+def one_line(value: Any, limit: int = 100, *, as_json: bool = False) -> str:
+    """``value`` on one line (line breaks shown escaped, as ``\\n``), cut to ``limit`` characters.
+
+    A ``str`` is shown as it is unless ``as_json``, anything else as JSON; the
+    work is bounded by what is shown. For model-made names, ids and values
+    that a renderer prints inside a line of its own.
+
+    Example:
+        >>> print(one_line("get_weather\\n[ok] forged"))
+        get_weather\\n[ok] forged
+        >>> one_line("n" * 500, 8), one_line({"q": "x"}), one_line("x", as_json=True)
+        ('nnnnnnn…', '{"q": "x"}', '"x"')
+    """
+    if isinstance(value, str):
+        value = value[: limit + 1]
+        text = json.dumps(value, ensure_ascii=False) if as_json else value
+    else:
+        text = json_preview(value, limit=limit + 1, indent=None)
+    text = text.translate(_LINE_BREAKS)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def json_html(value: Any) -> str:

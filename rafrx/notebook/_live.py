@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from reactivex import Observable, abc
 
 from rafrx._call import call_on
-from rafrx.errors import error_text
+from rafrx.errors import RafrxError, error_text
 from rafrx.notebook._display import Display, DisplayHandle, default_display
 from rafrx.notebook._render import LiveSnapshot, live_html, live_text
 from rafrx.notebook._results import as_results
@@ -118,7 +118,7 @@ class LiveView:
             self._subscription.dispose()
             self._subscription = None
         if not self._done:
-            self.state.status = "stopped"
+            self.state.end("stopped")
             self._finish(self._aggregator.response(interrupted=True), None)
 
     def _ipython_display_(self) -> None:
@@ -140,7 +140,8 @@ class LiveView:
         if self._done:
             return
         self._aggregator.fail(error)
-        self.state.status = "failed"
+        self.state.end("failed")
+        self.state.finish_reason = self._partial(error).finish_reason  # as `await view` tells
         if not self.state.errors:
             self.state.errors.append(f"{type(error).__name__}: {error_text(error)}")
         self._finish(None, error)
@@ -148,8 +149,13 @@ class LiveView:
     def _on_completed(self) -> None:
         if self._done:
             return
-        self.state.status = "done"
+        self.state.end("done")
         self._finish(self._aggregator.response(), None)
+
+    def _partial(self, error: Exception) -> AgentResponse:
+        """The turn that ``error`` interrupted, as the error carries it (or would)."""
+        partial = error.partial if isinstance(error, RafrxError) else None
+        return partial if partial is not None else self._aggregator.failed(error)
 
     def _finish(self, response: AgentResponse | None, error: Exception | None) -> None:
         self._done = True

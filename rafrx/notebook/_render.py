@@ -28,10 +28,11 @@ from rafrx.notebook._format import (
     human_size,
     json_html,
     json_preview,
+    one_line,
     showable,
     usage_line,
 )
-from rafrx.notebook._state import LiveState, ToolCard
+from rafrx.notebook._state import ArgumentProgress, LiveState, ToolCard
 
 __all__ = ["LiveSnapshot", "card_html", "live_html", "live_text"]
 
@@ -44,19 +45,22 @@ _STATUS_COLORS = {
 }
 
 
+def _meter_html(bar: ArgumentProgress) -> str:
+    """A full bar and the size; an indeterminate bar (total unknown) while it streams;
+    no bar once its call ended before it did."""
+    size = human_size(bar.received)
+    if bar.done:
+        return f'<progress max="1" value="1"></progress> {size}'
+    return f"<progress></progress> {size}" if bar.streaming else f"{size} (incomplete)"
+
+
 def _argument_html(name: str, card: ToolCard) -> str:
     bar = card.progress.get(name)
     label = f"<td><b>{escape(name)}</b></td>"
     if bar is not None and (not bar.done or bar.received >= LONG_ARG_BYTES):
-        value = "1" if bar.done else ""
-        meter = (
-            f'<progress max="1" value="{value}"></progress>'
-            if bar.done
-            else "<progress></progress>"
-        )
         tail = escape(bar.tail)
         return (
-            f"<tr>{label}<td>{meter} {human_size(bar.received)}"
+            f"<tr>{label}<td>{_meter_html(bar)}"
             f'<div style="color:#666;white-space:pre-wrap;font-size:90%">…{tail}</div></td></tr>'
         )
     shown = json_html(card.arguments[name]) if name in card.arguments else "…"
@@ -122,21 +126,33 @@ def live_html(state: LiveState) -> str:
 
 _TEXT_ARGUMENT = 200  # characters of an argument value / a result in the text fallback
 _TEXT_RESULT = 500
+_TEXT_NAME = 100  # characters of a tool or argument name, or a call id
+
+
+def _size_text(bar: ArgumentProgress) -> str:
+    """How much of a string argument arrived, and whether more may come."""
+    size = human_size(bar.received)
+    if bar.streaming:
+        return f"{size} …"
+    return size if bar.done else f"{size} (incomplete)"
 
 
 def _card_text(card: ToolCard) -> list[str]:
-    lines = [f"[tool {card.name} {card.call_id}: {card.status}]"]
+    # Model-made names and ids each on the card's own line: a newline must not forge one.
+    title = f"{one_line(card.name, _TEXT_NAME)} {one_line(card.call_id, _TEXT_NAME)}"
+    lines = [f"[tool {title}: {card.status}]"]
     for name in list(card.arguments) + [n for n in card.progress if n not in card.arguments]:
         bar = card.progress.get(name)
+        shown = one_line(name, _TEXT_NAME)
         if bar is not None and (not bar.done or bar.received >= LONG_ARG_BYTES):
-            lines.append(f"  {name}: {human_size(bar.received)}{'' if bar.done else ' …'}")
+            lines.append(f"  {shown}: {_size_text(bar)}")
         else:
             value = json_preview(card.arguments.get(name), limit=_TEXT_ARGUMENT, indent=None)
-            lines.append(f"  {name} = {value}")
+            lines.append(f"  {shown} = {value}")
     if card.argument_error:
-        lines.append(f"  ! {card.argument_error}")
+        lines.append(f"  ! {one_line(card.argument_error, _TEXT_RESULT)}")
     if card.error is not None:
-        lines.append(f"  x {card.error}")
+        lines.append(f"  x {one_line(card.error, _TEXT_RESULT)}")
     elif card.result is not None:
         lines.append(f"  -> {clip(card.result, _TEXT_RESULT)}")
     return lines

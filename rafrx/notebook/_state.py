@@ -2,7 +2,9 @@
 
 :class:`LiveState` keeps what a live view shows, in the order it appeared;
 each tool call is a :class:`ToolCard` that fills in as its arguments stream,
-with an :class:`ArgumentProgress` per long string argument.
+with an :class:`ArgumentProgress` per long string argument. Cards belong to
+the LLM call that made them: a later call of the turn that reuses an id gets
+a card of its own.
 
 Example:
     >>> from rafrx.response import AgentResponseResult
@@ -28,14 +30,28 @@ __all__ = ["ArgumentProgress", "LiveState", "ToolCard"]
 
 _TAIL_CHARS = 160
 
+# A card's statuses while its call's arguments may still change (then: ready, invalid
+# arguments or cut short, and awaiting approval, done or failed).
+_ARGUMENTS_OPEN = frozenset({"streaming arguments", "arguments complete"})
+
 
 @attrs.define
 class ArgumentProgress:
-    """A top-level string argument while it streams."""
+    """A top-level string argument while it streams.
+
+    ``done``: it arrived whole; ``incomplete``: its call ended (cut short,
+    invalid, or the stream stopped) before it did.
+    """
 
     received: int = 0
     tail: str = ""
     done: bool = False
+    incomplete: bool = False
+
+    @property
+    def streaming(self) -> bool:
+        """Whether more of it may still come."""
+        return not (self.done or self.incomplete)
 
 
 @attrs.define
@@ -57,13 +73,35 @@ class ToolCard:
         """Whether the tool has run (successfully or not)."""
         return self.result is not None or self.error is not None
 
+    @property
+    def arguments_open(self) -> bool:
+        """Whether the call's arguments may still change (not yet ready, invalid or cut short)."""
+        return self.status in _ARGUMENTS_OPEN
+
+    def end_arguments(self, status: str, why: str | None = None) -> None:
+        """The call's arguments ended unusable (``status``: ``"cut short"`` or ``"invalid
+        arguments"``, ``why`` says why): it never runs, and none of them still streams.
+
+        Example:
+            >>> card = ToolCard("c1", "write_file", progress={"text": ArgumentProgress(300)})
+            >>> card.end_arguments("cut short", "the token limit came first")
+            >>> card.status, card.progress["text"].streaming
+            ('cut short', False)
+        """
+        self.argument_error, self.status = why, status
+        for bar in self.progress.values():
+            bar.incomplete = not bar.done
+
 
 @attrs.define
 class LiveState:
     """A stream folded into what a live view shows.
 
     ``blocks`` keeps the order things appeared in: ``("text", str)``,
-    ``("reasoning", str)``, ``("tool", call_id)``, ``("uri", str)``.
+    ``("reasoning", str)``, ``("tool", key)``, ``("uri", str)``. ``cards``
+    holds every card by its key: the call id, or (for an id an earlier LLM
+    call of the turn used too) the id and `` #2``, `` #3``...
+    ``finish_reason`` is the current LLM call's (``None`` until it finishes).
 
     Example:
         >>> from rafrx.response import AgentResponseResult
@@ -79,6 +117,8 @@ class LiveState:
     # each to the block itself would copy the whole block every time (quadratic).
     _parts: list[str] = attrs.field(factory=list, init=False, repr=False, eq=False)
     cards: dict[str, ToolCard] = attrs.field(factory=dict)
+    # Per LLM call of the turn: its call ids' cards (an id may come again in a later call).
+    _calls: list[dict[str, ToolCard]] = attrs.field(factory=list, init=False, repr=False, eq=False)
     step_usage: list[Usage | None] = attrs.field(factory=list)
     errors: list[str] = attrs.field(factory=list)
     model: str | None = None
@@ -121,12 +161,67 @@ class LiveState:
         else:
             self.blocks.append([kind, text])
 
-    def _card(self, call_id: str, name: str = "") -> ToolCard:
-        card = self.cards.get(call_id)
-        if card is None:
-            card = self.cards[call_id] = ToolCard(call_id, name)
-            self.blocks.append(["tool", call_id])
+    def end(self, status: str) -> None:
+        """The stream ended with ``status``: a call whose arguments never ended is cut short.
+
+        Example:
+            >>> state = LiveState()
+            >>> state.add(AgentResponseResult(contents=[c.ToolCallStartContent("c1", "f")]))
+            >>> state.end("stopped")
+            >>> state.status, state.cards["c1"].status
+            ('stopped', 'cut short')
+        """
+        self.status = status
+        for card in self.cards.values():
+            if card.arguments_open:
+                card.end_arguments("cut short", card.argument_error)
+
+    # -- LLM calls and their cards
+
+    def _start_call(self) -> None:
+        """An LLM call began: its cards, usage and finish reason are its own."""
+        self._calls.append({})
+        self.step_usage.append(None)
+        self.finish_reason = None
+
+    def _this_call(self) -> dict[str, ToolCard]:
+        if not self._calls:
+            self._start_call()
+        return self._calls[-1]
+
+    def _new_card(self, calls: dict[str, ToolCard], call_id: str, name: str) -> ToolCard:
+        key, n = call_id, 1
+        while key in self.cards:
+            n += 1
+            key = f"{call_id} #{n}"
+        card = calls[call_id] = self.cards[key] = ToolCard(call_id, name)
+        self.blocks.append(["tool", key])
         return card
+
+    def _streamed(self, call_id: str, name: str = "") -> ToolCard:
+        """The card of ``call_id`` in the current LLM call (whose arguments stream)."""
+        calls = self._this_call()
+        return calls.get(call_id) or self._new_card(calls, call_id, name)
+
+    def _handed_over(self, call_id: str, name: str) -> ToolCard:
+        """The card a complete (or cut) call ends: the earliest whose arguments are still
+        open (with a lazy flush, calls of several LLM calls end together), else the
+        current LLM call's."""
+        for calls in self._calls:
+            card = calls.get(call_id)
+            if card is not None and card.arguments_open:
+                return card
+        return self._streamed(call_id, name)
+
+    def _answered(self, call_id: str, name: str = "") -> ToolCard:
+        """The card an approval request or a tool result is about: the latest whose
+        arguments ended (a result may come after the next LLM call started), else
+        the latest of ``call_id``."""
+        cards = [calls[call_id] for calls in reversed(self._calls) if call_id in calls]
+        ended = [card for card in cards if not card.arguments_open]
+        if ended or cards:
+            return (ended or cards)[0]
+        return self._streamed(call_id, name)
 
     def add(self, result: AgentResponseResult) -> None:
         """Fold one result chunk in."""
@@ -140,14 +235,15 @@ class LiveState:
             self._content(item)
 
     def _event(self, event: Event) -> None:
-        if isinstance(event, ResponseStartedEvent) or not self.step_usage:
-            self.step_usage.append(None)
+        if isinstance(event, ResponseStartedEvent):
+            self._start_call()
+        self._this_call()
         if isinstance(event, FinishEvent):
             self.finish_reason = event.finish_reason
             if event.usage is not None:
                 self.step_usage[-1] = event.usage
         elif isinstance(event, ToolApprovalRequestEvent):
-            self._card(event.call_id, event.name).status = "awaiting approval"
+            self._answered(event.call_id, event.name).status = "awaiting approval"
 
     def _content(self, item: c.Content) -> None:
         match item:
@@ -158,41 +254,40 @@ class LiveState:
             case c.UriContent(uri):
                 self.blocks.append(["uri", uri])
             case c.ToolCallStartContent(call_id, name):
-                self._card(call_id, name).name = name
+                self._streamed(call_id, name).name = name
             case c.ToolCallArgsContent(call_id, delta):
-                self._card(call_id).raw_bytes += len(delta.encode("utf-8", "replace"))
+                self._streamed(call_id).raw_bytes += len(delta.encode("utf-8", "replace"))
             case c.ToolCallArgsProgressContent(call_id, name, received, value):
-                bar = self._card(call_id).progress.setdefault(name, ArgumentProgress())
+                bar = self._streamed(call_id).progress.setdefault(name, ArgumentProgress())
                 bar.received = received
                 bar.tail = (bar.tail + value)[-_TAIL_CHARS:]
             case c.ToolCallArgsParsedContent(call_id, name, value):
-                card = self._card(call_id)
+                card = self._streamed(call_id)
                 card.arguments[name] = value
                 if name in card.progress:
                     card.progress[name].done = True
             case c.ToolCallEndContent(call_id):
-                self._card(call_id).status = "arguments complete"
+                self._streamed(call_id).status = "arguments complete"
             case c.ToolCallingContent(call_id, name, arguments, _raw, error):
-                card = self._card(call_id, name)
+                card = self._handed_over(call_id, name)
                 card.name = card.name or name
                 if error is not None:
-                    card.argument_error, card.status = error, "invalid arguments"
+                    card.end_arguments("invalid arguments", error)
                 else:
                     # An object's members one per row; any other JSON value as one row.
                     value = arguments if isinstance(arguments, dict) else {"(arguments)": arguments}
                     card.arguments = dict(value)
                     card.status = "ready"
             case c.ToolCallIncompleteContent(call_id, name):
-                card = self._card(call_id, name)
+                card = self._handed_over(call_id, name)
                 card.name = card.name or name
-                card.argument_error, card.status = item.error, "cut short"
+                card.end_arguments("cut short", item.error)
             case c.ToolCalledContent(call_id, result, error):
-                card = self._card(call_id)
+                card = self._answered(call_id)
                 card.result, card.error = result, error
                 card.status = "failed" if error is not None else "done"
             case c.UsageContent(usage):
-                if not self.step_usage:
-                    self.step_usage.append(None)
+                self._this_call()
                 self.step_usage[-1] = usage
             case c.ErrorContent(message):
                 self.errors.append(message)
