@@ -161,7 +161,10 @@ class Converter:
             return (self._accumulate.text(update.delta),)
         elif type(update) is u.ReasoningDelta:
             if update.provider_data is not None:
-                update = self._split.named_extra(update)
+                named = self._split.named_extra(update)
+                if named is None:  # (held until its call starts)
+                    return ()
+                update = named
             return (self._accumulate.reasoning(update),)
         self._by_id.clear()  # the chain may change any call's state
         self._by_index.clear()

@@ -30,15 +30,24 @@ def new_call_id() -> str:
 class _Slot:
     """The call currently open at one wire index."""
 
-    __slots__ = ("first_args", "generated", "held", "id", "name", "named", "started", "wire_id")
+    __slots__ = (
+        "extras",
+        "first_args",
+        "held",
+        "id",
+        "name",
+        "named",
+        "started",
+        "wire_id",
+    )
 
     def __init__(self, call_id: str | None) -> None:
         self.id = call_id  # the call's id in the updates: unique within the response
-        self.wire_id = call_id  # the provider's, which another index may repeat
-        self.generated = False  # the id is ours (new_call_id), not the provider's
+        self.wire_id = call_id  # the provider's (None: ours), which another index may repeat
         self.name: str | None = None
         self.started = False
         self.held: list[str] = []
+        self.extras: list[ReasoningDelta] = []  # its extra blocks that came before it started
         self.named = 0  # deltas that carried the name
         self.first_args = ""  # the arguments of the first of them
 
@@ -89,6 +98,20 @@ def _check_named(index: int, slot: _Slot) -> None:
         )
 
 
+def _named(extra: ReasoningDelta, call_id: str) -> ReasoningDelta:
+    """``extra``, a block naming its call by wire index, naming it by ``call_id``."""
+    block = extra.provider_data or {}
+    named = {k: v for k, v in block.items() if k != "index"} | {"call_id": call_id}
+    return ReasoningDelta(extra.delta, provider_data=named)
+
+
+def _named_extras(slot: _Slot, call_id: str) -> list[ReasoningDelta]:
+    """The extra blocks ``slot`` held, now naming their call (and no longer held)."""
+    extras = [_named(extra, call_id) for extra in slot.extras]
+    slot.extras.clear()
+    return extras
+
+
 class LegacyDeltaSplitter:
     """The reducer behind :func:`split_legacy_delta` (one per subscription).
 
@@ -107,7 +130,7 @@ class LegacyDeltaSplitter:
     def __init__(self) -> None:
         self._slots: dict[int, _Slot] = {}
         self._open: list[_Slot] = []  # started calls, in start order
-        self._ids: dict[str, str] = {}  # id → name of the calls started in this response
+        self._ids: set[str] = set()  # the ids of the calls started in this response
 
     def step(self, update: AgentResponseUpdate) -> Sequence[AgentResponseUpdate]:
         if type(update) is ToolCallDelta:
@@ -117,12 +140,15 @@ class LegacyDeltaSplitter:
             out.append(update)
             return out
         if type(update) is ReasoningDelta and update.provider_data is not None:
-            return (self.named_extra(update),)
+            named = self.named_extra(update)
+            return () if named is None else (named,)
         return (update,)
 
-    def named_extra(self, update: ReasoningDelta) -> ReasoningDelta:
+    def named_extra(self, update: ReasoningDelta) -> ReasoningDelta | None:
         """``update``, a call's extra block that names it by wire index (Gemini's
-        signature on a call that came with no id) naming it by id instead.
+        signature on a call that came with no id) naming it by id instead; ``None``
+        while that call has not started (the block then comes right after its
+        start, under the id it starts with).
 
         Example:
             >>> s = LegacyDeltaSplitter()
@@ -130,6 +156,10 @@ class LegacyDeltaSplitter:
             >>> block = {"type": "tool_call_extra", "index": 0, "extra_content": {}}
             >>> s.named_extra(ReasoningDelta("", provider_data=block)).provider_data["call_id"] == start.id
             True
+            >>> s.named_extra(ReasoningDelta("", provider_data=block | {"index": 1})) is None
+            True
+            >>> s.step(ToolCallDelta(1, id="c2", name="g"))[-1].provider_data["call_id"]
+            'c2'
         """  # noqa: E501
         block = update.provider_data
         if type(block) is not dict or block.get("type") != "tool_call_extra":
@@ -140,11 +170,11 @@ class LegacyDeltaSplitter:
         slot = self._slots.get(index)
         if slot is None:  # (sent before the call itself: the call it will name)
             slot = self._slots[index] = _Slot(None)
-        if not slot.id:  # (not started yet: the id it will start with)
-            slot.id = new_call_id()
-            slot.generated = True
-        named = {k: v for k, v in block.items() if k != "index"} | {"call_id": slot.id}
-        return ReasoningDelta(update.delta, provider_data=named)
+        named = ReasoningDelta(update.delta, provider_data=block)
+        if not slot.started:
+            slot.extras.append(named)
+            return None
+        return _named(named, slot.id or "")
 
     def continued_call(self, delta: ToolCallDelta) -> str | None:
         """The id of the started call that ``delta`` merely continues, else None.
@@ -193,17 +223,17 @@ class LegacyDeltaSplitter:
             slot.started = True
             if not slot.id:
                 slot.id = new_call_id()
-                slot.generated = True
             elif slot.id in self._ids:
                 # Another call by that id (DeepSeek, GLM and Kimi may give parallel calls
                 # one id): one id each, for each to be answered apart.
                 slot.id = self._unique(slot.id)
-            self._ids[slot.id] = slot.name
+            self._ids.add(slot.id)
             self._open.append(slot)
             out.append(ToolCallStart(slot.id, slot.name))
             if slot.held:
                 out.append(ToolCallArgs(slot.id, "".join(slot.held)))
                 slot.held.clear()
+            out += _named_extras(slot, slot.id)
         return out
 
     def _unique(self, call_id: str) -> str:
@@ -217,6 +247,8 @@ class LegacyDeltaSplitter:
         for index, slot in self._slots.items():
             _check_named(index, slot)
         out: list[AgentResponseUpdate] = [ToolCallEnd(slot.id or "") for slot in self._open]
+        for slot in self._slots.values():  # (extras of a call that never came: kept all the same)
+            out += _named_extras(slot, slot.id or new_call_id())
         self._open.clear()
         self._slots.clear()
         self._ids.clear()

@@ -660,6 +660,26 @@ async def test_gemini_signature_before_its_call_goes_back_on_that_call() -> None
 
 
 @pytest.mark.asyncio
+async def test_gemini_signature_before_its_call_leaves_the_call_its_own_id() -> None:
+    """As above, the call then bringing its id: that id is the one answered, not one
+    made up when the signature came."""
+    extra = {"google": {"thought_signature": "c2lnLWVhcmx5"}}
+    step = sse(
+        chunk({"role": "assistant", "tool_calls": [{"index": 0, "extra_content": extra}]}),
+        chunk({"tool_calls": [call_delta(0, "function-call-7", "lookup", '{"city": "Oslo"}')]}),
+        chunk({}, "tool_calls"),
+    )
+    run = await agent_run([Replay(step), Reply(text="Rain.")], model="gemini-3-flash-preview")
+    assert RAN == [("lookup", "Oslo")]
+    [assistant] = run.assistants(1)
+    assert [(c["id"], c.get("extra_content")) for c in assistant["tool_calls"]] == [
+        ("function-call-7", extra)
+    ]
+    [answer] = [m for m in run.messages(1) if m["role"] == "tool"]
+    assert answer["tool_call_id"] == "function-call-7"
+
+
+@pytest.mark.asyncio
 async def test_deepseek_thinking_tool_turn_then_a_new_turn_keeps_the_tool_turns_reasoning() -> None:
     """DeepSeek thinking mode: "between two user messages, if the model performed a tool
     call, the intermediate assistant's reasoning_content must participate in the context

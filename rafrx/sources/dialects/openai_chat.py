@@ -520,8 +520,9 @@ class OpenAIChatDialect:
             if update is not None:
                 out.append(update)
             extra = call.get("extra_content")
-            if extra is not None and self._last_index is not None:
-                # (a call with no id here: split_legacy_delta names the call at that index)
+            if extra is not None:
+                # (a call with no id here: split_legacy_delta names the call at that index,
+                # the one _tool_call just set)
                 call_id = None if update is None else update.id
                 ref = ("call_id", call_id) if call_id is not None else ("index", self._last_index)
                 block = {"type": "tool_call_extra", ref[0]: ref[1], "extra_content": extra}
