@@ -35,6 +35,7 @@ from typing import Any, Final, TextIO
 import attrs
 
 from rafrx import content as c
+from rafrx import messages
 from rafrx.errors import error_text
 from rafrx.events import FinishEvent, ResponseStartedEvent, ToolApprovalRequestEvent
 from rafrx.notebook._format import LONG_ARG_BYTES, human_size, one_line, usage_line
@@ -215,6 +216,14 @@ class TerminalRenderer:
         match item:
             case c.TextContent(text):
                 self._stream_text("text", text)
+            case c.ReasoningContent(
+                provider_data={"type": messages.MCP_APPROVAL_RESPONSE} as answer
+            ):
+                if answer.get("approve") is True:  # (a provider's own tool: it runs it)
+                    self._line(f"{self.style.ok} approved", _GREEN)
+                else:
+                    why = one_line(answer.get("reason") or "", _VALUE)
+                    self._line(f"{self.style.fail} denied: {why}", _RED)
             case c.ReasoningContent(text):
                 self._stream_text("reasoning", text)
             case c.UriContent(uri):

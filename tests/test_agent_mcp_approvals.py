@@ -13,12 +13,14 @@ real HTTP on 127.0.0.1.
 from __future__ import annotations
 
 import asyncio
+import io
 from typing import Any
 
 import pytest
 from aiohttp import web
 from openai.types.responses import ResponseInputItemParam
 from pydantic import TypeAdapter
+from reactivex import operators as rx
 from reactivex.subject import Subject
 
 from rafrx import Agent, collect_agent_response
@@ -26,13 +28,16 @@ from rafrx import operators as ops
 from rafrx.errors import MaxStepsExceeded
 from rafrx.events import ToolApprovalRequestEvent
 from rafrx.messages import answers_approvals
+from rafrx.notebook import live, response_html
 from rafrx.response import AgentResponseResult
 from rafrx.sources import from_sse
 from rafrx.sources.clients import OpenAIResponsesClient, to_responses_input
+from rafrx.terminal import TerminalRenderer
 from rafrx.tools import ToolApprovalResponse
 from tests.sources._raw_server import KEY, Seen, raw_server
 from tests.sources.test_dialect_quirks import sse
 from tests.sources.test_provider_shapes import RESP, completed, rs
+from tests.test_notebook_robustness import FakeDisplay
 
 GUARD = 10  # seconds: against hangs only
 
@@ -272,3 +277,89 @@ async def test_with_store_off_the_request_goes_back_whole_before_its_answer() ->
         {"type": "mcp_approval_response", "approval_request_id": "mcpr_01", "approve": True},
     ]
     assert response.text == "You rolled a 4."
+
+
+@pytest.mark.asyncio
+async def test_answers_go_back_in_the_order_of_the_requests_whatever_order_they_come_in() -> None:
+    second = {**REQUEST, "id": "mcpr_02", "arguments": '{"sides": 20}'}
+    body = sse(
+        rs("response.created", response=RESP),
+        rs("response.output_item.done", output_index=0, item=REQUEST),
+        rs("response.output_item.done", output_index=1, item=second),
+        completed(REQUEST, second),
+    )
+    answered: list[str] = []
+
+    async def slow_on_the_first(request: ToolApprovalRequestEvent) -> bool:
+        await asyncio.sleep(0.2 if request.call_id == "mcpr_01" else 0)
+        answered.append(request.call_id)
+        return request.call_id == "mcpr_01"
+
+    response = await asyncio.wait_for(
+        collect_agent_response(
+            from_sse(body, "openai-responses").pipe(
+                ops.convert(), ops.execute_tools([], approver=slow_on_the_first)
+            )
+        ),
+        GUARD,
+    )
+    assert answered == ["mcpr_02", "mcpr_01"]  # the approver answered the second first
+    items = to_responses_input(response.turn_transcript)
+    assert [(item["type"], item.get("approval_request_id", item.get("id"))) for item in items] == [
+        ("mcp_approval_request", "mcpr_01"),
+        ("mcp_approval_request", "mcpr_02"),
+        ("mcp_approval_response", "mcpr_01"),
+        ("mcp_approval_response", "mcpr_02"),
+    ]
+    assert [item.get("approve") for item in items[2:]] == [True, False]
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("approved", [True, False])
+async def test_a_live_view_and_the_turns_html_show_the_remote_approval(approved: bool) -> None:
+    async with (
+        raw_server(served(approval_body(), answer_body())) as (url, _seen),
+        OpenAIResponsesClient(url, KEY, "gpt-x") as client,
+    ):
+        display = FakeDisplay()
+        view = live(
+            Agent(client, approver=lambda request: approved).run("Roll a die."),
+            display=display,
+            interval=0,
+        )
+        response = await asyncio.wait_for(view, GUARD)
+    card = view.state.cards["mcpr_01"]
+    assert card.arguments == {"sides": 6}
+    final = display.updates[-1]
+    html = response_html(response)
+    assert "🔒 approval asked: <b>dice.roll</b>" in html
+    if approved:
+        assert card.status == "approved"
+        assert "[tool roll mcpr_01: approved]" in final.text
+        assert "✔ approved" in html
+    else:
+        assert card.status == "denied"
+        assert "[tool roll mcpr_01: denied]" in final.text
+        assert "✘ denied: the user denied the call to tool" in html
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("approved", [True, False])
+async def test_the_terminal_says_how_a_remote_approval_was_answered(approved: bool) -> None:
+    results = await asyncio.wait_for(
+        from_sse(approval_body(), "openai-responses")
+        .pipe(ops.convert(), ops.execute_tools([], approver=lambda request: approved))
+        .pipe(rx.to_list()),
+        GUARD,
+    )
+    out = io.StringIO()
+    renderer = TerminalRenderer(out, color=False)
+    for result in results:
+        renderer.result(result)
+    renderer.close()
+    lines = out.getvalue().splitlines()
+    assert any("approval asked: roll(" in line for line in lines)
+    if approved:
+        assert any(line.endswith(" approved") for line in lines), lines
+    else:
+        assert any("denied: the user denied the call to tool 'roll'" in line for line in lines)

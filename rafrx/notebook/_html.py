@@ -10,11 +10,11 @@ Example:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rafrx import content as c
 from rafrx.events import ToolApprovalRequestEvent
-from rafrx.messages import MessageRole
+from rafrx.messages import MCP_APPROVAL_RESPONSE, OPENAI_REASONING, MessageRole
 from rafrx.notebook._format import clip_html, escape, json_html
 
 if TYPE_CHECKING:
@@ -99,6 +99,8 @@ def message_html(message: ChatMessage) -> str:
     reasoning = (
         f'<div style="color:#888">{escape(message.reasoning)}</div>' if message.reasoning else ""
     )
+    kept = message.provider_data.get(OPENAI_REASONING) if message.provider_data else None
+    calls += "".join(_approval_html(block) for block in kept or () if isinstance(block, dict))
     style = "white-space:pre-wrap" + (";color:#c00" if message.is_error else "")
     tool_result = message.role is MessageRole.TOOL  # (a preview, as in the live view)
     content = clip_html(message.content) if tool_result else escape(message.content)
@@ -107,6 +109,29 @@ def message_html(message: ChatMessage) -> str:
         f'{reasoning}<span style="{style}">{content}</span>'
         f"{calls}</div>"
     )
+
+
+def _approval_html(block: dict[str, Any]) -> str:
+    """A provider's own tool asking approval (a Responses ``mcp_approval_request``
+    item), or the answer to it; any other block: nothing.
+
+    Example:
+        >>> _approval_html({"type": "mcp_approval_response", "approve": False, "reason": "no"})
+        '<div style="color:#c00">✘ denied: no</div>'
+    """
+    kind = block.get("type")
+    if kind == "mcp_approval_request":
+        name = f"{block.get('server_label', '')}.{block.get('name', '')}"
+        return (
+            f"<div>🔒 approval asked: <b>{escape(name)}</b>"
+            f"(<code>{clip_html(str(block.get('arguments', '')))}</code>) "
+            f"<code>{escape(str(block.get('id', '')))}</code></div>"
+        )
+    if kind == MCP_APPROVAL_RESPONSE:
+        if block.get("approve") is True:
+            return '<div style="color:#2a2">✔ approved</div>'
+        return f'<div style="color:#c00">✘ denied: {clip_html(str(block.get("reason", "")))}</div>'
+    return ""
 
 
 def response_html(response: AgentResponse) -> str:

@@ -24,6 +24,7 @@ import attrs
 
 from rafrx import content as c
 from rafrx.events import Event, FinishEvent, ResponseStartedEvent, ToolApprovalRequestEvent
+from rafrx.messages import MCP_APPROVAL_RESPONSE
 from rafrx.response import AgentResponseResult, FinishReason, Usage
 
 __all__ = ["ArgumentProgress", "LiveState", "ToolCard"]
@@ -31,7 +32,8 @@ __all__ = ["ArgumentProgress", "LiveState", "ToolCard"]
 _TAIL_CHARS = 160
 
 # A card's statuses while its call's arguments may still change (then: ready, invalid
-# arguments or cut short, and awaiting approval, done or failed).
+# arguments or cut short, and awaiting approval, done or failed; a provider's own tool:
+# awaiting approval, approved or denied).
 _ARGUMENTS_OPEN = frozenset({"streaming arguments", "arguments complete"})
 
 
@@ -243,13 +245,27 @@ class LiveState:
             if event.usage is not None:
                 self.step_usage[-1] = event.usage
         elif isinstance(event, ToolApprovalRequestEvent):
-            self._answered(event.call_id, event.name).status = "awaiting approval"
+            card = self._answered(event.call_id, event.name)
+            card.status = "awaiting approval"
+            if not card.arguments and isinstance(event.arguments, dict):
+                card.arguments = dict(event.arguments)  # (a provider's own tool: no stream)
+
+    def _remote_answer(self, answer: dict[str, Any]) -> None:
+        """The approver's answer to a tool the provider runs (a Responses MCP tool),
+        going back to it: the provider runs the tool, or not, in the next LLM call."""
+        card = self._answered(str(answer.get("approval_request_id")))
+        if answer.get("approve") is True:
+            card.status = "approved"
+        else:
+            card.status, card.error = "denied", str(answer.get("reason") or "denied")
 
     def _content(self, item: c.Content) -> None:
         match item:
             case c.TextContent(text):
                 self._append("text", text)
-            case c.ReasoningContent(text):
+            case c.ReasoningContent(text, provider_data=data):
+                if type(data) is dict and data.get("type") == MCP_APPROVAL_RESPONSE:
+                    self._remote_answer(data)
                 self._append("reasoning", text)
             case c.UriContent(uri):
                 self.blocks.append(["uri", uri])

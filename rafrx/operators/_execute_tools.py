@@ -83,6 +83,8 @@ class _Runner:
         self.expired: set[str] = set()  # calls whose approval timed out: late answers dropped
         self.waiting: dict[str, asyncio.Future[ToolApprovalResponse]] = {}
         self.answers_closed: str | None = None  # why no answer can come any more
+        # The last remote answer's turn to go: answers go in the order of their requests.
+        self.remote_turn: asyncio.Future[None] | None = None
         self.upstream = SingleAssignmentDisposable()
         self.upstream_done = False
         self.stopped = False
@@ -215,6 +217,24 @@ class _Runner:
         """Ask the approver about a tool the provider runs (a Responses MCP tool) and
         emit the answer as the block that goes back to it: an ``mcp_approval_response``."""
         assert self.approver is not None
+        previous = self.remote_turn
+        mine = self.remote_turn = asyncio.get_running_loop().create_future()
+        try:
+            await self.answer_remote_in_turn(request, result, previous)
+        finally:
+            if not mine.done():
+                mine.set_result(None)
+
+    async def answer_remote_in_turn(
+        self,
+        request: ToolApprovalRequestEvent,
+        result: AgentResponseResult,
+        previous: asyncio.Future[None] | None,
+    ) -> None:
+        """Ask, then emit the answer once the answer to the request before (``previous``)
+        went: the approver is asked about every request at once, but the answers go
+        back in the order the provider asked."""
+        assert self.approver is not None
         answer: dict[str, Any] = {
             "type": MCP_APPROVAL_RESPONSE,
             "approval_request_id": request.call_id,
@@ -233,6 +253,8 @@ class _Runner:
             answer.update(approve=False, reason=clip(why, self.max_chars))
         if not answer["approve"]:
             logger.info("remote tool %s (%s): %s", request.call_id, request.name, answer["reason"])
+        if previous is not None:
+            await asyncio.shield(previous)
         block = ReasoningContent("", provider_data=answer)
         self.emit(AgentResponseResult(result.id, result.model, None, (block,)))
 
