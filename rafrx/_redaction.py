@@ -25,7 +25,12 @@ from yarl import URL
 
 from rafrx import content, updates
 from rafrx.events import FinishEvent, ResponseStartedEvent
-from rafrx.messages import TEXT_REF
+from rafrx.messages import (
+    CUSTOM_TOOL_CALL_REF,
+    REASONING_DETAILS,
+    TEXT_REF,
+    THINKING_BLOCKS,
+)
 from rafrx.response import AgentResponseResult, FinishReason
 
 #: What a secret becomes in recorded text.
@@ -96,6 +101,13 @@ _PATTERNS: Final = (
     re.compile(r"(?i)" + _START + r"bearer\s+(?P<s>[A-Za-z0-9._~+/=\-]{8,})"),
     re.compile(r"(?i)[?&]" + _SECRET_PARAM + r"=(?P<s>[^&#\s\"']+)"),
 )
+#: The patterns that may not begin right after a letter, as they match where a text
+#: block begins, whatever ends the block before: ``(index in _PATTERNS, pattern)``.
+_AT_BLOCK_START: Final = tuple(
+    (index, re.compile(p.pattern.replace(_START, "", 1)))
+    for index, p in enumerate(_PATTERNS)
+    if _START in p.pattern
+)
 
 
 def url_secrets(url: str | URL) -> tuple[str, ...]:
@@ -153,7 +165,9 @@ def _upper_hex(escape: re.Match[str]) -> str:
     return "\\u" + escape[0][2:].upper()
 
 
-def _found(text: str, secrets: Iterable[str], begin: int = 0) -> list[tuple[int, int, int, int]]:
+def _found(
+    text: str, secrets: Iterable[str], begin: int = 0, starts: Iterable[int] = ()
+) -> list[tuple[int, int, int, int]]:
     """``(match start, secret start, secret end, pattern)`` of each secret in ``text``.
 
     ``pattern`` is the index in ``_PATTERNS`` of the pattern that found it, or
@@ -163,7 +177,8 @@ def _found(text: str, secrets: Iterable[str], begin: int = 0) -> list[tuple[int,
     arguments of a call); matches of the patterns may overlap. Only matches
     from ``begin`` on count; the characters before are context (where a key
     may begin). A pattern's match can start before its secret: ``Bearer`` is
-    part of the match, not of the secret.
+    part of the match, not of the secret. ``starts`` are where text blocks
+    begin in ``text`` (blocks joined): a key may begin there after a letter.
     """
     found: list[tuple[int, int, int, int]] = []
     for secret in secrets:
@@ -178,6 +193,13 @@ def _found(text: str, secrets: Iterable[str], begin: int = 0) -> list[tuple[int,
         while match is not None:
             found.append((match.start(), *match.span("s"), index))
             match = pattern.search(text, match.start() + 1)
+    for start in starts:
+        if start < begin:
+            continue
+        for index, pattern in _AT_BLOCK_START:
+            match = pattern.match(text, start)
+            if match is not None:
+                found.append((start, *match.span("s"), index))
     return found
 
 
@@ -287,6 +309,10 @@ _OPEN_PATTERNS: Final = (
     re.compile(r"(?i)" + _START + r"b(?:e(?:a(?:r(?:e(?:r(?:\s+[A-Za-z0-9._~+/=\-]*)?)?)?)?)?)?\Z"),
     re.compile(r"(?i)[?&](?:[a-z_]{0,12}|(?:api_key|apikey|key|token|access_token)=[^&#\s\"']*)\Z"),
 )
+#: The same at a text block's start (see ``_AT_BLOCK_START``).
+_OPEN_AT_BLOCK_START: Final = tuple(
+    re.compile(p.pattern.replace(_START, "", 1)) for p in _OPEN_PATTERNS if _START in p.pattern
+)
 
 #: A short complete match of each of ``_PATTERNS``: the context that lets a key
 #: which is still growing be matched on, without holding its whole run.
@@ -309,11 +335,18 @@ def secret_prefix_at(text: str, secrets: Iterable[str], begin: int = 0, least: i
     return at
 
 
-def _open_at(text: str, secrets: Iterable[str], begin: int = 0, keys: Iterable[int] = ()) -> int:
+def _open_at(
+    text: str,
+    secrets: Iterable[str],
+    begin: int = 0,
+    keys: Iterable[int] = (),
+    starts: Iterable[int] = (),
+) -> int:
     """Where the tail of ``text`` that could still grow into a secret starts.
 
     ``len(text)`` when no suffix from ``begin`` on could begin a secret. A
     tail starting at one of ``keys`` (a complete key, growing) does not count.
+    ``starts``: where text blocks begin (see :func:`_found`).
     """
     at = secret_prefix_at(text, secrets, begin)
     for pattern in _OPEN_PATTERNS:
@@ -322,6 +355,9 @@ def _open_at(text: str, secrets: Iterable[str], begin: int = 0, keys: Iterable[i
             match = pattern.search(text, match.start() + 1)
         if match is not None:
             at = min(at, match.start())
+    for start in starts:
+        if begin <= start < at and start not in keys:
+            at = start if any(p.match(text, start) for p in _OPEN_AT_BLOCK_START) else at
     return at
 
 
@@ -364,7 +400,38 @@ _LEAST_PREFIX: Final = 4  # a stream ending in this much of a secret ends redact
 
 # A channel is one stream of deltas whose texts join up: the answer, the
 # reasoning, one call's raw arguments, one string argument's decoded value.
+# The answer's (and the reasoning's) blocks join up too: a secret may straddle
+# two of them, and where one begins, so may a key, whatever ends the one before.
 _Channel = tuple[Any, ...]
+_BLOCK_CHANNELS: Final = (("text",), ("reasoning",))
+
+#: The blocks an OpenAI chat stream may send in the middle of its one text (with
+#: reasoning, or beside a call): they end no text block.
+_MID_TEXT_BLOCKS: Final = frozenset(
+    {"tool_call_extra", THINKING_BLOCKS, REASONING_DETAILS, CUSTOM_TOOL_CALL_REF}
+)
+
+
+def _ends_block(item: Any) -> bool:
+    """Whether ``item`` (an update or a content) comes between two text blocks.
+
+    Anthropic's blocks and the Responses API's output items come one after
+    the other: a block kept for the provider (a server tool's, a thinking
+    block, a mark of where a block stood) or a call's end means that the text
+    before it is over, and that the text after it begins a block.
+
+    Example:
+        >>> _ends_block(updates.ReasoningDelta("", provider_data={"type": "web_search_call"}))
+        True
+        >>> _ends_block(updates.TextDelta("Hi"))
+        False
+    """
+    if type(item) in (updates.ToolCallEnd, content.ToolCallEndContent):
+        return True
+    if isinstance(item, updates.ReasoningDelta | content.ReasoningContent):
+        block = item.provider_data
+        return isinstance(block, Mapping) and block.get("type") not in _MID_TEXT_BLOCKS
+    return False
 
 
 def _pieces(item: Any) -> list[tuple[_Channel, str]]:
@@ -433,6 +500,7 @@ class _Pending:
     resume: tuple[int, ...] = ()  # where in ``before`` keys begin that may go on in ``text``
     text: str = ""
     owners: list[tuple[_Held, int, int, int]] = attrs.Factory(list)  # held, piece, start, end
+    starts: list[int] = attrs.Factory(list)  # where blocks begin in ``before + text``
 
 
 class DeltaRedactor:
@@ -457,6 +525,7 @@ class DeltaRedactor:
         self._queue: deque[_Held] = deque()
         self._channels: dict[_Channel, _Pending] = {}
         self._text_refs = _TextRefs()
+        self._new_block: set[_Channel] = set()  # channels whose next piece begins a block
 
     def push(self, stamp: Any, item: Any) -> list[tuple[Any, Any]]:
         """Take ``item``; return the items that are ready, oldest first.
@@ -481,8 +550,11 @@ class DeltaRedactor:
         held = _Held(stamp, item, [None] * len(pieces), len(pieces))
         self._queue.append(held)
         touched: list[_Pending] = []
+        blocks = self._blocks(item)
         for index, (channel, text) in enumerate(pieces):
             pending = self._channels.setdefault(channel, _Pending())
+            if index in blocks and (pending.text or pending.before):
+                pending.starts.append(len(pending.before) + len(pending.text))
             end = len(pending.text) + len(text)
             pending.owners.append((held, index, len(pending.text), end))
             pending.text += text
@@ -491,6 +563,21 @@ class DeltaRedactor:
         for pending in touched:
             self._settle(pending, final=False)
         return self._ready()
+
+    def _blocks(self, item: Any) -> set[int]:
+        """Which of ``item``'s pieces begin a text (or a reasoning) block."""
+        contents = item.contents if isinstance(item, AgentResponseResult) else (item,)
+        out: set[int] = set()
+        index = 0
+        for each in contents:
+            if _ends_block(each):
+                self._new_block.update(_BLOCK_CHANNELS)
+            for channel, _ in _pieces(each):
+                if channel in self._new_block:
+                    self._new_block.discard(channel)
+                    out.add(index)
+                index += 1
+        return out
 
     def flush(self) -> list[tuple[Any, Any]]:
         """The stream ended: every held item, redacted with what is known."""
@@ -506,9 +593,9 @@ class DeltaRedactor:
     def _settle(self, pending: _Pending, *, final: bool, cut_short: bool = True) -> None:
         base = len(pending.before)
         text = pending.before + pending.text
-        found = _found(text, self._secrets, base)
+        found = _found(text, self._secrets, base, pending.starts)
         if pending.resume:  # and the keys begun in the context, found again with their end
-            again = _found(text, self._secrets, 0)
+            again = _found(text, self._secrets, 0, pending.starts)
             found += [f for f in again if f[0] in pending.resume and f[0] < base]
         if final and cut_short:  # the text ends inside a secret (the stream stopped there)
             at = secret_prefix_at(text, self._secrets, base, least=_LEAST_PREFIX)
@@ -519,7 +606,7 @@ class DeltaRedactor:
         growing = {m: p for m, _, e, p in found if p >= 0 and e == len(text)}
         limit = len(pending.text)
         if not final:
-            limit = _open_at(text, self._secrets, base, growing) - base
+            limit = _open_at(text, self._secrets, base, growing, pending.starts) - base
         count, cut = 0, 0
         for _, _, _, end in pending.owners:
             if end > limit:
@@ -532,10 +619,12 @@ class DeltaRedactor:
             return
         settled = pending.before + pending.text[:cut]
         crossing = [m for m, _, e, _ in found if m < base + cut < e]
+        kept = 0  # of the blocks' starts, the first still in view: in the new context or after
         if growing and cut == len(pending.text) and not final:
             # (its last character is the real one: what follows sees the same neighbour)
             stand_in = _STAND_INS[growing[min(growing)]][:-1] + settled[-1]
             pending.before, pending.resume = stand_in, (0,)
+            kept = len(settled)  # (the context is made up: a block starts in none of it)
         elif crossing:  # keep the matches' start in view, so that they are found again
             first = min(crossing)
             pending.before = settled[first:]
@@ -544,6 +633,10 @@ class DeltaRedactor:
             pending.before, pending.resume = settled[-1:], ()
         pending.text = pending.text[cut:]
         pending.owners = [(h, i, s - cut, e - cut) for h, i, s, e in pending.owners[count:]]
+        if pending.starts:
+            shift = len(settled) - len(pending.before)
+            kept = max(kept, shift)
+            pending.starts = [p - shift for p in pending.starts if p >= kept]
 
     def _ready(self) -> list[tuple[Any, Any]]:
         out: list[tuple[Any, Any]] = []

@@ -1084,3 +1084,60 @@ def test_a_finished_answer_ending_like_a_secret_begins_keeps_its_text(tmp_path: 
     path = tmp_path / "hunt.jsonl"
     record_to(from_sse(body, "openai-chat"), path, [USER_SECRET])
     assert replayed_response(path, converted=False).text == "Time to hunt"
+
+
+# ================================================================ text blocks
+
+
+@pytest.mark.parametrize("converted", [False, True])
+def test_a_key_that_opens_a_text_block_after_a_word_ending_the_one_before_is_redacted(
+    tmp_path: Path, converted: bool
+) -> None:
+    """Two text blocks with a server tool between them: the second's key follows a
+    letter in the joined text, but not in its own block."""
+    body = sse(
+        message_start(),
+        *text_block(0, ["Let me search for abc"]),
+        *server_use_block(1, ["abc"]),
+        *search_result_block(2, 1),
+        *text_block(3, [KEY[:5], KEY[5:], " is what I found."]),
+        *message_end(),
+    )
+    path = tmp_path / "turn.jsonl"
+    record_to(source_of(body, "anthropic", converted=converted), path)
+    assert leaked(path, [KEY]) == []
+    assert replayed_response(path, converted=converted).text == (
+        f"Let me search for abc{REDACTED} is what I found."
+    )
+
+
+@SETTINGS
+@given(
+    head=filler,
+    tail=filler,
+    points=st.lists(st.integers(0, 60), max_size=5),
+    between=st.sampled_from(["thinking", "server"]),
+    converted=st.booleans(),
+)
+def test_a_key_opening_a_text_block_is_redacted_however_it_is_cut(
+    tmp_path_factory: pytest.TempPathFactory,
+    head: str,
+    tail: str,
+    points: list[int],
+    between: str,
+    converted: bool,
+) -> None:
+    """The block before ends in a letter: joined, the key does not start a word."""
+    middle = thinking_block(1, ["hm"]) if between == "thinking" else server_use_block(1, ["q"])
+    body = sse(
+        message_start(),
+        *text_block(0, cut(head + "x", points)),
+        *middle,
+        *text_block(2, cut(KEY + " " + tail, points)),
+        *message_end(),
+    )
+    path = tmp_path_factory.mktemp("rec") / "opening.jsonl"
+    record_to(source_of(body, "anthropic", converted=converted), path)
+
+    assert leaked(path, [KEY]) == []
+    assert replayed_response(path, converted=converted).text == f"{head}x{REDACTED} {tail}"
