@@ -337,14 +337,14 @@ def record(
     file), items pass through unchanged. A delta whose text ends with what
     could be the start of a secret is written once the next deltas of its
     channel (the answer, the reasoning, one call's arguments) tell, so a
-    secret split between deltas (or between two text blocks) is redacted as a
-    whole, and a key that begins a text block is found whatever ends the block
-    before; a stream that stops
-    inside a secret (four characters of it or more) ends in ``[REDACTED]``.
-    Secrets are also found escaped as in JSON (raw arguments), in mapping
-    keys and as numbers. The file is closed when the stream
-    completes, fails or is disposed; a disposed stream has no end line, so
-    its :func:`replay` ends with :class:`~rafrx.errors.IncompleteStream`.
+    secret split between deltas (or between two text blocks) is redacted as
+    a whole, and a key that begins a text block is found whatever ends the
+    block before; a stream that stops inside a secret (four characters of it
+    or more) ends in ``[REDACTED]``. Secrets are also found escaped as in
+    JSON (raw arguments), in mapping keys and as numbers. The file is closed
+    when the stream completes, fails or is disposed; a disposed stream has no
+    end line, so its :func:`replay` ends with
+    :class:`~rafrx.errors.IncompleteStream`.
 
     Args:
         observable: any rafrx stream (updates or result chunks).
