@@ -205,6 +205,7 @@ class TerminalRenderer:
                 model = f" ({one_line(name)})" if name else ""
                 self._line(f"{self.style.step} step {self._steps}{model} {self.style.step}", _DIM)
         elif isinstance(event, ToolApprovalRequestEvent):
+            self._names.setdefault(event.call_id, event.name)  # (a provider's tool: no start)
             args = one_line(event.arguments)
             name = one_line(event.name)
             self._line(f"{self.style.ask} approval asked: {name}({args})", _YELLOW)
@@ -219,11 +220,13 @@ class TerminalRenderer:
             case c.ReasoningContent(
                 provider_data={"type": messages.MCP_APPROVAL_RESPONSE} as answer
             ):
+                asked = str(answer.get("approval_request_id"))
+                name = one_line(self._names.get(asked, asked))
                 if answer.get("approve") is True:  # (a provider's own tool: it runs it)
-                    self._line(f"{self.style.ok} approved", _GREEN)
+                    self._line(f"{self.style.ok} {name} approved", _GREEN)
                 else:
                     why = one_line(answer.get("reason") or "", _VALUE)
-                    self._line(f"{self.style.fail} denied: {why}", _RED)
+                    self._line(f"{self.style.fail} {name} denied: {why}", _RED)
             case c.ReasoningContent(text):
                 self._stream_text("reasoning", text)
             case c.UriContent(uri):

@@ -360,6 +360,6 @@ async def test_the_terminal_says_how_a_remote_approval_was_answered(approved: bo
     lines = out.getvalue().splitlines()
     assert any("approval asked: roll(" in line for line in lines)
     if approved:
-        assert any(line.endswith(" approved") for line in lines), lines
+        assert any(line.endswith(" roll approved") for line in lines), lines
     else:
-        assert any("denied: the user denied the call to tool 'roll'" in line for line in lines)
+        assert any("roll denied: the user denied the call to tool 'roll'" in line for line in lines)
