@@ -177,8 +177,11 @@ def to_responses_input(messages: Iterable[ChatMessage]) -> list[dict[str, Any]]:
             continue
         kept = msg.provider_data.get(OPENAI_REASONING, ()) if msg.provider_data else ()
         kept = [block for block in kept if not (_is_reasoning(block) and _seen(block, sent))]
-        if any(_is_reasoning(block) for block in kept) and any(_is_ref(b) for b in kept):
-            items += _output_items(msg, kept, custom)  # each reasoning item and the one after
+        if any(_is_ref(b) for b in kept):
+            if any(_is_reasoning(block) for block in kept):
+                items += _output_items(msg, kept, custom)  # each reasoning item and the one after
+            else:  # (in their places among the server items, but nothing to pair: no ids)
+                items += map(_without_id, _output_items(msg, kept, custom))
             continue
         # (the caller's to change:)
         blocks = [copy.deepcopy(block) for block in kept if not _is_ref(block)]
@@ -188,6 +191,24 @@ def to_responses_input(messages: Iterable[ChatMessage]) -> list[dict[str, Any]]:
             items.append({"role": msg.role.value, "content": msg.content})
         items.extend(_call_item(call, call.id in custom) for call in msg.tool_calls or ())
     return items
+
+
+_OUR_ITEMS = ("message", "function_call", "custom_tool_call")  # the output items with a ref
+
+
+def _without_id(item: Mapping[str, Any]) -> dict[str, Any]:
+    """An output item of ours without its id: a message one as the text it said (a
+    refusal too: an input message cannot say it refused), a call without its ``fc_``
+    id; a server item (with its id) as it is."""
+    if item.get("type") == "message":
+        parts = item.get("content") or ()
+        text = "".join(
+            str(p.get("text") or p.get("refusal") or "") for p in parts if isinstance(p, Mapping)
+        )
+        return {"role": item.get("role", "assistant"), "content": text}
+    if item.get("type") in _OUR_ITEMS:
+        return {key: value for key, value in item.items() if key != "id"}
+    return dict(item)
 
 
 def _seen(item: Mapping[str, Any], sent: set[Any]) -> bool:
@@ -220,16 +241,8 @@ def _resolvable(items: Iterable[Any]) -> Iterator[Any]:
             item.get("type") == MCP_APPROVAL_RESPONSE and item.get("approval_request_id") in dropped
         ):
             continue  # (an answer to a request that does not go)
-        elif unpaired and item.get("type") in ("function_call", "custom_tool_call"):
-            yield {key: value for key, value in item.items() if key != "id"}
-        elif unpaired and item.get("type") == "message":
-            parts = item.get("content") or ()
-            text = "".join(
-                str(p.get("text") or p.get("refusal") or "")
-                for p in parts
-                if isinstance(p, Mapping)
-            )
-            yield {"role": item.get("role", "assistant"), "content": text}
+        elif unpaired and item.get("type") in _OUR_ITEMS:
+            yield _without_id(item)
         else:
             if item.get("type") in _RESULTS:  # past its output items
                 unpaired = False

@@ -1508,3 +1508,34 @@ def test_responses_client_is_an_agent_chat_client() -> None:
     agent = Agent(client, tools=[lookup])
     assert "OpenAIResponsesClient" in repr(agent)
     assert KEY not in repr(client)
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("refusal", [False, True])
+async def test_without_reasoning_text_said_before_a_server_tool_goes_back_before_it(
+    refusal: bool,
+) -> None:
+    """A model that does not reason (gpt-4.1) says a sentence, searches, then answers:
+    the next request has the sentence, the search and the answer in that order."""
+    search_item = {
+        "type": "web_search_call",
+        "id": "ws_1",
+        "status": "completed",
+        "action": {"type": "search", "query": "weather"},
+    }
+    step1 = turn(
+        message("msg_1", "Let me look.", refusal=refusal),
+        search_item,
+        message("msg_2", "Sunny in Kiel."),
+        call("fc_1", "call_1", "lookup", {"city": "Kiel"}),
+    )
+    run = await agent_run([step1, turn(message("msg_3", "Done."))], tools=[lookup])
+    items = run.input(1)
+    assert [(i.get("type") or i.get("role"), i.get("content")) for i in items[1:]] == [
+        ("assistant", "Let me look."),
+        ("item_reference", None),
+        ("assistant", "Sunny in Kiel."),
+        ("function_call", None),
+        ("function_call_output", None),
+    ]
+    assert body_problems("openai-responses", run.body(1)) == []

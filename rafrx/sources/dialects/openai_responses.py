@@ -141,7 +141,7 @@ class OpenAIResponsesDialect:
         "_finished_at",
         "_finished_messages",
         "_meta_sent",
-        "_reasoned",
+        "_placed",
         "_reasoned_at",
         "_reasoning_finals",
         "_reasoning_streamed",
@@ -161,8 +161,11 @@ class OpenAIResponsesDialect:
         self._reasoning_streamed: set[str | None] = set()  # items whose reasoning had deltas
         self._reasoning_finals: set[str | None] = set()  # items whose .done text was sent
         self._finished_messages: set[str] = set()  # the message items done
-        self._reasoned = False  # a reasoning item came: name the output items after it
-        self._early_refs: list[dict[str, Any]] = []  # those before it, named when it comes
+        # A reasoning or a server tool's item came: the output items' places and ids
+        # are kept (the API pairs a reasoning item with the item after it; a server
+        # item goes back in its place), those before it named when it comes.
+        self._placed = False
+        self._early_refs: list[dict[str, Any]] = []
         self._calls: dict[str, _Call] = {}  # output item id → call
         self._annotations: dict[tuple[str, int], int] = {}  # (item id, part) → count sent
 
@@ -332,11 +335,19 @@ class OpenAIResponsesDialect:
 
     def _ref(self, ref: dict[str, Any]) -> list[AgentResponseUpdate]:
         """An output item's id, for it to go back paired with the reasoning item before
-        it; one before the first reasoning item waits for it (none may come)."""
-        if self._reasoned:
+        it, and in its place among server items; one before the first reasoning or
+        server item waits for it (none may come)."""
+        if self._placed:
             return [ReasoningDelta("", provider_data=ref)]
         self._early_refs.append(ref)
         return []
+
+    def _place(self, item: dict[str, Any]) -> list[AgentResponseUpdate]:
+        """A reasoning or server item, kept whole, after the refs of the items before it."""
+        self._placed = True
+        early = [ReasoningDelta("", provider_data=ref) for ref in self._early_refs]
+        self._early_refs.clear()
+        return [*early, ReasoningDelta("", provider_data=item)]
 
     def _args_delta(
         self, event: ServerSentEvent, data: dict[str, Any]
@@ -376,16 +387,13 @@ class OpenAIResponsesDialect:
                 )
             return out
         if kind == "reasoning" and item_id is not None:
-            self._reasoned = True  # the items after it go back paired with it, by id
-            early = [ReasoningDelta("", provider_data=ref) for ref in self._early_refs]
-            self._early_refs.clear()
-            reasoning = self._reasoning_of(event, item, data)
-            return [*early, *reasoning, ReasoningDelta("", provider_data=item)]
+            # (the items after it go back paired with it, by id)
+            return [*self._reasoning_of(event, item, data), *self._place(item)]
         if kind == "mcp_approval_request" and item_id is not None:
             # (the item goes back in its place, before the answer execute_tools adds)
-            return [self._approval_request(item_id, item), ReasoningDelta("", provider_data=item)]
+            return [self._approval_request(item_id, item), *self._place(item)]
         if kind in OPENAI_SERVER_TOOL_ITEMS and item_id is not None:
-            return [ReasoningDelta("", provider_data=item)]  # to go back, in its place
+            return self._place(item)  # to go back, in its place
         if kind == "message" and item_id is not None:
             at = _index_of(data)
             if item_id in self._finished_messages or self._finished_at & set(at):
