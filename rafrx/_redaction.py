@@ -110,33 +110,65 @@ _AT_BLOCK_START: Final = tuple(
 )
 
 
+def is_secret_param(name: str) -> bool:
+    """Whether a URL query parameter named ``name`` carries a credential.
+
+    Example:
+        >>> is_secret_param("key"), is_secret_param("X-Goog-Api-Key"), is_secret_param("alt")
+        (True, True, False)
+    """
+    return _SECRET_PARAM_NAME.fullmatch(name) is not None
+
+
+_SECRET_PARAM_NAME: Final = re.compile(_SECRET_PARAM, re.IGNORECASE)
+
+
 def url_secrets(url: str | URL) -> tuple[str, ...]:
     """The credentials in ``url``, in every form they are sent.
 
-    Its password as is, URL-encoded, and in the ``Authorization: Basic``
-    credentials aiohttp makes of ``user:password``; the values of secret
-    query parameters (``?key=``, ``?api-key=`` …), decoded and as sent.
+    Its password (or, without one, its user name: a token, as in
+    ``https://TOKEN@host``) as is, URL-encoded, and in the ``Authorization:
+    Basic`` credentials aiohttp makes of ``user:password``; the values of
+    secret query parameters (``?key=``, ``?api-key=`` …), decoded and as sent.
 
     Example:
         >>> url_secrets("http://me:p%40ss@example.com/v1")
         ('p@ss', 'p%40ss', 'bWU6cEBzcw==')
         >>> url_secrets("https://example.com/v1?api-version=1&key=AIza%2B123")
         ('AIza+123', 'AIza%2B123')
+        >>> url_secrets("https://tok-123@example.com/v1")
+        ('tok-123', 'dG9rLTEyMzo=')
     """
     parsed = URL(url) if isinstance(url, str) else url
     forms: list[str] = []
     for pair in parsed.raw_query_string.split("&"):
         raw_name, _, raw_value = pair.partition("=")
-        if re.fullmatch(_SECRET_PARAM, unquote(raw_name), re.IGNORECASE):
+        if is_secret_param(unquote(raw_name)):
             forms += [unquote_plus(raw_value), unquote(raw_value), raw_value]
     password = parsed.password
-    if password:
-        forms += [password, parsed.raw_password or password]
-        credentials = f"{parsed.user or ''}:{password}"
+    if password or parsed.user:
+        if password:
+            forms += [password, parsed.raw_password or password]
+        else:  # (a user name alone is the credential)
+            forms += [parsed.user or "", parsed.raw_user or ""]
+        credentials = f"{parsed.user or ''}:{password or ''}"
         for encoding in ("latin-1", "utf-8"):  # aiohttp's, and RFC 7617's charset="UTF-8"
             with contextlib.suppress(UnicodeEncodeError):
                 forms.append(base64.b64encode(credentials.encode(encoding)).decode("ascii"))
     return tuple(form for form in dict.fromkeys(forms) if form)
+
+
+def secret_forms(secrets: Iterable[str]) -> tuple[str, ...]:
+    """Each of ``secrets`` in every form it may come back in: as given, without the
+    whitespace around it (an HTTP server strips a header value's), and escaped in
+    a JSON string as the encoders do (see :func:`_forms`).
+
+    Example:
+        >>> secret_forms(["k-1 ", "a/b"])
+        ('k-1 ', 'k-1', 'a/b', 'a\\\\/b')
+    """
+    given = [form for secret in secrets for form in (secret, secret.strip()) if form]
+    return tuple(dict.fromkeys(form for secret in given for form in _forms(secret)))
 
 
 @functools.lru_cache(maxsize=256)

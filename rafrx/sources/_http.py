@@ -320,14 +320,19 @@ def redact_error(error: RafrxError, secrets: Sequence[str]) -> RafrxError:
 
 
 def masked_url(url: URL) -> str:
-    """``url`` with its password and query values (which may hold a key) as ``***``.
+    """``url`` with its password (or a user name alone: a token) and query values
+    (which may hold a key) as ``***``.
 
     Example:
         >>> masked_url(URL("https://me:pw@example.com/v1?key=AIza123"))
         'https://me:***@example.com/v1?key=***'
+        >>> masked_url(URL("https://tok-123@example.com/v1"))
+        'https://***@example.com/v1'
     """
     if url.password:
         url = url.with_password("***")
+    elif url.user:
+        url = url.with_user("***")
     if url.query_string:
         url = url.with_query([(name, "***") for name in url.query])
     return str(url)

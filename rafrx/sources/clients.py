@@ -41,7 +41,7 @@ import aiohttp
 from reactivex import Observable
 from yarl import URL
 
-from rafrx._redaction import is_secret_header, url_secrets
+from rafrx._redaction import is_secret_header, secret_forms, url_secrets
 from rafrx.messages import (
     CUSTOM_TOOL_CALL_REF,
     FUNCTION_CALL_REF,
@@ -470,7 +470,7 @@ class LLMClient(abc.ABC):
             payload,
             self.dialect,
             headers,
-            secrets,
+            secret_forms(secrets),  # (as a server may echo them: trimmed, JSON-escaped)
             max_line_bytes=self.max_line_bytes,
             max_event_bytes=self.max_event_bytes,
         )
@@ -528,21 +528,30 @@ def _header_secrets(headers: Mapping[str, str]) -> tuple[str, ...]:
     secrets: list[str] = []
     for name, value in headers.items():
         if is_secret_header(name) and value:
-            secrets += [value, value.partition(" ")[2]]
+            secrets += [value, value.strip().partition(" ")[2].strip()]
     return tuple(secret for secret in dict.fromkeys(secrets) if secret)
 
 
 def _shown_url(base_url: str) -> str:
-    """``base_url`` as given, or :func:`masked_url` of it when it holds a password or a query.
+    """``base_url`` as given, or :func:`masked_url` of it when it holds credentials or
+    a query; one that is no absolute URL, with what may hold them masked.
 
     Example:
         >>> _shown_url("https://example.com/v1?key=AIza123&alt=sse")
         'https://example.com/v1?key=***&alt=***'
         >>> _shown_url("https://me:hunter2@example.com/v1")
         'https://me:***@example.com/v1'
+        >>> _shown_url("me:hunter2@example.com/v1?key=AIza123")
+        '***@example.com/v1?***'
     """
     url = URL(base_url)
-    return masked_url(url) if url.query_string or url.password else base_url
+    if not url.is_absolute():  # (yarl may read "me:pw@host" as a scheme and a path)
+        shown, query, _ = base_url.partition("?")
+        shown = shown.partition("#")[0]
+        if "@" in shown:
+            shown = "***@" + shown.rpartition("@")[2]
+        return shown + ("?***" if query else "")
+    return masked_url(url) if url.query_string or url.user else base_url
 
 
 def _endpoint(base_url: str, endpoint: str, *, versioned_prefix: bool = False) -> URL:
@@ -558,7 +567,7 @@ def _endpoint(base_url: str, endpoint: str, *, versioned_prefix: bool = False) -
     """
     url = URL(base_url)
     if not url.is_absolute():
-        raise ValueError(f"base_url must be an absolute URL, got {base_url!r}")
+        raise ValueError(f"base_url must be an absolute URL, got {_shown_url(base_url)!r}")
     prefix = url.path.rstrip("/")
     if not prefix or (versioned_prefix and not prefix.endswith("/v1")):
         prefix += "/v1"

@@ -18,7 +18,7 @@ from typing import Any, final
 import attrs
 from multidict import CIMultiDict, CIMultiDictProxy, MultiDict, MultiDictProxy
 
-from rafrx._redaction import is_secret_header
+from rafrx._redaction import is_secret_header, is_secret_param
 from rafrx.recorder import SECRET_HEADERS
 from rafrx.testing._render import WIRE_FORMATS, WireFormat
 
@@ -27,15 +27,12 @@ __all__ = ["REDACTED", "SECRET_HEADERS", "RecordedRequest", "redact_headers"]
 #: What replaces a secret.
 REDACTED = "***"
 
-# URL query parameters whose values are secrets (lower case).
-_SECRET_PARAMS = frozenset({"api_key", "api-key", "apikey", "key", "token", "access_token"})
-
 
 def _redact_query(query: Mapping[str, str] | Iterable[tuple[str, str]]) -> MultiDictProxy[str]:
     items = query.items() if isinstance(query, Mapping) else query
     out: MultiDict[str] = MultiDict()
     for name, value in items:
-        out.add(name, REDACTED if name.lower() in _SECRET_PARAMS else value)
+        out.add(name, REDACTED if is_secret_param(name) else value)
     return MultiDictProxy(out)
 
 
