@@ -99,7 +99,8 @@ _PATTERNS: Final = (
     re.compile(_START + r"(?P<s>sk-[A-Za-z0-9_\-]{16,})"),
     re.compile(_START + r"(?P<s>AIza[0-9A-Za-z_\-]{30,})"),
     re.compile(r"(?i)" + _START + r"bearer\s+(?P<s>[A-Za-z0-9._~+/=\-]{8,})"),
-    re.compile(r"(?i)[?&]" + _SECRET_PARAM + r"=(?P<s>[^&#\s\"']+)"),
+    # (not a value masked already: ``?key=***``, as masked_url shows one)
+    re.compile(r"(?i)[?&]" + _SECRET_PARAM + r"=(?!\*\*\*)(?P<s>[^&#\s\"']+)"),
 )
 #: The patterns that may not begin right after a letter, as they match where a text
 #: block begins, whatever ends the block before: ``(index in _PATTERNS, pattern)``.

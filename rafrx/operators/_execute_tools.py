@@ -14,6 +14,7 @@ from reactivex.disposable import CompositeDisposable, Disposable, SingleAssignme
 
 from rafrx._call import call_function, call_on
 from rafrx._cycles import without_frames
+from rafrx._redaction import redact
 from rafrx.content import ReasoningContent, ToolCalledContent, ToolCallingContent
 from rafrx.errors import (
     InvalidToolArguments,
@@ -243,13 +244,13 @@ class _Runner:
         try:
             _check_answer(await self.ask(self.approver, request), request.call_id, request.name)
         except ToolApprovalDenied as denied:
-            answer.update(approve=False, reason=clip(error_text(denied), self.max_chars))
+            answer.update(approve=False, reason=clip(_said(denied), self.max_chars))
         except asyncio.CancelledError as exc:
             if _being_cancelled():
                 raise without_frames(exc) from None
             answer.update(approve=False, reason=f"the approver was cancelled: {exc}")
         except Exception as exc:  # a failing approver: the gate fails closed
-            why = f"the approver failed: {type(exc).__name__}: {error_text(exc)}"
+            why = f"the approver failed: {type(exc).__name__}: {_said(exc)}"
             answer.update(approve=False, reason=clip(why, self.max_chars))
         if not answer["approve"]:
             logger.info("remote tool %s (%s): %s", request.call_id, request.name, answer["reason"])
@@ -287,7 +288,7 @@ class _Runner:
                 value = await tool.invoke(copy.deepcopy(call.arguments))
             text = format_result(value)
         except ToolError as exc:
-            message = error_text(exc)
+            message = _said(exc)
             logger.info("tool call %s (%s) failed: %s", call.call_id, call.name, message)
             return ToolCalledContent(
                 call.call_id, error=clip(message, self.max_chars), meta=call.meta
@@ -304,7 +305,7 @@ class _Runner:
 
     def failed(self, call: ToolCallingContent, error: BaseException) -> ToolCalledContent:
         """The error result of a call that failed outside the tool itself."""
-        message = f"tool {call.name!r}: {type(error).__name__}: {error_text(error)}"
+        message = f"tool {call.name!r}: {type(error).__name__}: {_said(error)}"
         logger.info("tool call %s (%s) failed: %s", call.call_id, call.name, message)
         return ToolCalledContent(call.call_id, error=clip(message, self.max_chars), meta=call.meta)
 
@@ -353,6 +354,17 @@ class _Runner:
         # A sync approver may block (a terminal prompt): it runs in a worker thread, which
         # a timeout leaves to finish on its own (its answer is then ignored).
         return await call_function(approver, (request,), {})
+
+
+def _said(error: BaseException) -> str:
+    """What ``error`` says, without the secrets it may quote (a key in a tool's exception
+    goes neither to the log nor to the model).
+
+    Example:
+        >>> _said(RuntimeError("401 with Bearer sk-proj-0123456789abcdefXYZ"))
+        '401 with Bearer [REDACTED]'
+    """
+    return redact(error_text(error))
 
 
 def _running_loop() -> asyncio.AbstractEventLoop | None:

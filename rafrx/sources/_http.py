@@ -53,7 +53,7 @@ from reactivex.disposable import Disposable
 from yarl import URL
 
 from rafrx._cycles import without_frames
-from rafrx._redaction import secret_prefix_at
+from rafrx._redaction import env_secrets, redact_with, secret_prefix_at
 from rafrx.errors import (
     ConnectTimeout,
     ContentTypeError,
@@ -259,16 +259,20 @@ def _seconds(value: str | None) -> float | None:
 
 
 def redact(text: str, secrets: Sequence[str]) -> str:
-    """``text`` with every secret replaced by ``***``.
+    """``text`` with every secret replaced by ``***``, and what any key looks like
+    (``sk-…``, ``Bearer …``: a gateway may add its own) and the environment's
+    secrets (``*_API_KEY`` …) by ``[REDACTED]``, as the recorder does.
 
     Example:
         >>> redact("bad key sk-123", ["sk-123"])
         'bad key ***'
+        >>> redact("upstream said: Bearer sk-proj-0123456789abcdefXYZ", [])
+        'upstream said: Bearer [REDACTED]'
     """
     for secret in secrets:
         if secret:
             text = text.replace(secret, "***")
-    return text
+    return redact_with(text, tuple(env_secrets()))
 
 
 #: The marker ``rafrx.errors`` puts where it clipped a long text.
@@ -296,8 +300,9 @@ def redact_cut(text: str, secrets: Sequence[str]) -> str:
 
 
 def redact_error(error: RafrxError, secrets: Sequence[str]) -> RafrxError:
-    """``error`` with every secret in its text attributes replaced by ``***``,
-    and without the exceptions it was raised from or during.
+    """``error`` with every secret in its text attributes replaced (see :func:`redact`),
+    and, when ``secrets`` are given or it held one, without the exceptions it was
+    raised from or during.
 
     For errors built from what the server sent (an in-band error event or a
     malformed event that echoes the key): message, body, raw data, provider
@@ -308,14 +313,17 @@ def redact_error(error: RafrxError, secrets: Sequence[str]) -> RafrxError:
         >>> redact_error(RafrxError("bad key sk-123", body="sk-123"), ["sk-123"]).body
         '***'
     """
-    if not any(secrets):
-        return error
+    changed = any(secrets)
     for name, value in list(vars(error).items()):
         if isinstance(value, str):
-            setattr(error, name, redact_cut(value, secrets))
-    error.args = tuple(redact_cut(a, secrets) if isinstance(a, str) else a for a in error.args)
-    error.__cause__ = error.__context__ = None
-    error.__suppress_context__ = True
+            shown = redact_cut(value, secrets)
+            changed = changed or shown != value
+            setattr(error, name, shown)
+    args = tuple(redact_cut(a, secrets) if isinstance(a, str) else a for a in error.args)
+    if changed or args != error.args:  # (then what it came from may hold it too)
+        error.args = args
+        error.__cause__ = error.__context__ = None
+        error.__suppress_context__ = True
     return error
 
 
