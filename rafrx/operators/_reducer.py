@@ -354,9 +354,8 @@ class ReducedObservable(_DirectPipe[B]):
             except Exception as exc:
                 observer.on_error(exc)
                 return
-            for out in outputs:
-                observer.on_next(out)
-            observer.on_error(error)
+            if last_items(outputs):
+                observer.on_error(error)
 
         def on_completed() -> None:
             if stopped:
@@ -367,9 +366,19 @@ class ReducedObservable(_DirectPipe[B]):
                 on_error(exc)
                 return
             stop()
+            if last_items(outputs):
+                observer.on_completed()
+
+        def last_items(outputs: Sequence[B]) -> bool:
+            """Hand on what the stream's end brought; False: the observer raised on one,
+            and was told so (the source has ended: none else could tell it)."""
             for out in outputs:
-                observer.on_next(out)
-            observer.on_completed()
+                try:
+                    observer.on_next(out)
+                except Exception as exc:
+                    observer.on_error(exc)
+                    return False
+            return True
 
         source = self.source
         if isinstance(source, SyncSource):
