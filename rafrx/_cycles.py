@@ -25,12 +25,15 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import sys
 import threading
+import traceback
+from types import FrameType
 from typing import Generic, TypeVar
 
 from rafrx._call import call_on
 
-__all__ = ["Outcome", "detached", "without_frames"]
+__all__ = ["Outcome", "detached", "let_go", "without_frames"]
 
 E = TypeVar("E", bound=BaseException)
 T = TypeVar("T")
@@ -45,6 +48,47 @@ def without_frames(error: E) -> E:
     """
     error.__context__ = None
     return error.with_traceback(None)
+
+
+def let_go(error: E) -> E:
+    """``error``, for a user to keep, no longer holding what its frames held.
+
+    Its traceback (and its causes' and contexts') still says where it was
+    raised, but the frames it went through are cleared of their locals (a
+    response, the last chunk of a body, a conversation), and the frames still
+    running (where it was caught, and their callers) leave the traceback,
+    whose locals could not be cleared.
+
+    Example:
+        >>> def fail(big: bytes) -> None:
+        ...     raise ValueError("no")
+        >>> try:
+        ...     fail(b"x" * 10**6)
+        ... except ValueError as caught:
+        ...     error = let_go(caught)
+        >>> error.__traceback__.tb_frame.f_code.co_name, error.__traceback__.tb_frame.f_locals
+        ('fail', {})
+    """
+    running: set[FrameType] = set()
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None:
+        running.add(frame)
+        frame = frame.f_back
+    chain: list[BaseException | None] = [error]
+    seen: set[int] = set()
+    while chain:
+        each = chain.pop()
+        if each is None or id(each) in seen:
+            continue
+        seen.add(id(each))
+        tb = each.__traceback__
+        while tb is not None and tb.tb_frame in running:
+            tb = tb.tb_next
+        each.__traceback__ = tb
+        if tb is not None:
+            traceback.clear_frames(tb)
+        chain += [each.__cause__, each.__context__]
+    return error
 
 
 def detached(error: E) -> E:

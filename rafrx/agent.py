@@ -45,7 +45,7 @@ from reactivex import Observable, abc
 from reactivex.disposable import Disposable
 
 from rafrx._call import call_on
-from rafrx._cycles import Outcome
+from rafrx._cycles import Outcome, let_go
 from rafrx.errors import MaxStepsExceeded, RafrxError
 from rafrx.history import ContextProvider, HistoryProvider
 from rafrx.messages import (
@@ -409,6 +409,8 @@ class _Turn:
             error = exc if isinstance(exc, Exception) else _aborted(exc)
             if isinstance(error, RafrxError) and error.partial is None:
                 error.partial = self.turn.failed(error)
+            if isinstance(error, RafrxError):  # (kept by the user: the turn goes with it)
+                let_go(error)
             self.terminate(self.observer.on_error, error)
             del error  # this frame is in its traceback: no cycle
         else:

@@ -52,7 +52,7 @@ from reactivex import Observable, abc
 from reactivex.disposable import Disposable
 from yarl import URL
 
-from rafrx._cycles import without_frames
+from rafrx._cycles import let_go, without_frames
 from rafrx._redaction import env_secrets, redact_with, secret_prefix_at
 from rafrx.errors import (
     ConnectTimeout,
@@ -654,14 +654,14 @@ class _StreamCall:
                     if self.retry is not None and self.delivered == 0:
                         delay = self.retry.delay(err, attempt)
                     if delay is None:
-                        self._end(err)
+                        self._end(let_go(err))  # (kept by the user: the call goes with it)
                         return
                     if self.held:
                         self.held.clear()  # the failed attempt's metadata: never seen
                     await asyncio.sleep(delay)
                 except Exception as exc:
                     self._close()
-                    self._end(exc)
+                    self._end(let_go(exc))
                     return
                 else:
                     return
