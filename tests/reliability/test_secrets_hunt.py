@@ -48,6 +48,7 @@ from rafrx.sources.clients import (
     Timeouts,
 )
 from rafrx.testing import LLMServer, Reply
+from tests.sources._raw_server import raw_server
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 #: No ``sk-`` or ``AIza`` prefix: found by value, never by a built-in pattern.
@@ -119,17 +120,8 @@ async def echo_head_json_401(request: web.Request) -> web.StreamResponse:
 @contextlib.asynccontextmanager
 async def serving(handler: Handler) -> AsyncIterator[str]:
     """An aiohttp server on 127.0.0.1 answering every request with ``handler``: its URL."""
-    app = web.Application()
-    app.router.add_route("*", "/{tail:.*}", handler)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = runner.addresses[0][1]
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        await runner.cleanup()
+    async with raw_server(handler) as (url, _seen):
+        yield url
 
 
 def free_port() -> int:

@@ -13,7 +13,6 @@ with the key echoed. Every request is real HTTP on 127.0.0.1 against an
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import json
 import logging
@@ -21,7 +20,7 @@ import os
 import pickle
 import sys
 import traceback
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +45,7 @@ from rafrx.sources.clients import (
 )
 from rafrx.testing import Fault, LLMServer, Reply, ToolCallSpec
 from rafrx.tools import tool
+from tests.reliability.test_secrets_hunt import serving
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 #: No built-in pattern matches it: found by value only (the client's key).
@@ -110,22 +110,6 @@ def env_key(monkeypatch: pytest.MonkeyPatch) -> str:
     """An ``OPENAI_API_KEY``-style environment secret."""
     monkeypatch.setenv("RAFRX_HUNT_API_KEY", ENV_KEY)
     return ENV_KEY
-
-
-@contextlib.asynccontextmanager
-async def serving(handler: Handler) -> AsyncIterator[str]:
-    """An aiohttp server on 127.0.0.1 answering every request with ``handler``: its URL."""
-    app = web.Application()
-    app.router.add_route("*", "/{tail:.*}", handler)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = runner.addresses[0][1]
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        await runner.cleanup()
 
 
 async def run_cli(*args: str, env: dict[str, str] | None = None, stdin: bytes = b"") -> str:
