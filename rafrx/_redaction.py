@@ -579,11 +579,10 @@ class DeltaRedactor:
         return ready
 
     def _push(self, stamp: Any, item: Any) -> list[tuple[Any, Any]]:
-        pieces = _pieces(item)
+        pieces, blocks = self._pieces_with_starts(item)
         held = _Held(stamp, item, [None] * len(pieces), len(pieces))
         self._queue.append(held)
         touched: list[_Pending] = []
-        blocks = self._blocks(item)
         for index, (channel, text) in enumerate(pieces):
             pending = self._channels.setdefault(channel, _Pending())
             if index in blocks and (pending.text or pending.before):
@@ -597,20 +596,21 @@ class DeltaRedactor:
             self._settle(pending, final=False)
         return self._ready()
 
-    def _blocks(self, item: Any) -> set[int]:
-        """Which of ``item``'s pieces begin a text (or a reasoning) block."""
+    def _pieces_with_starts(self, item: Any) -> tuple[list[tuple[_Channel, str]], set[int]]:
+        """:func:`_pieces` of ``item``, and which of them begin a text (or a reasoning)
+        block."""
         contents = item.contents if isinstance(item, AgentResponseResult) else (item,)
-        out: set[int] = set()
-        index = 0
+        pieces: list[tuple[_Channel, str]] = []
+        starts: set[int] = set()
         for each in contents:
             if _ends_block(each):
                 self._new_block.update(_BLOCK_CHANNELS)
-            for channel, _ in _pieces(each):
+            for channel, text in _pieces(each):
                 if channel in self._new_block:
                     self._new_block.discard(channel)
-                    out.add(index)
-                index += 1
-        return out
+                    starts.add(len(pieces))
+                pieces.append((channel, text))
+        return pieces, starts
 
     def flush(self) -> list[tuple[Any, Any]]:
         """The stream ended: every held item, redacted with what is known."""
