@@ -15,7 +15,7 @@ import asyncio
 import gc
 import threading
 import warnings
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import pytest
@@ -80,6 +80,31 @@ async def settled(server: LLMServer) -> None:
     """Every connection to the server closed (or back idle in the pool and closed by aclose)."""
     await server.wait_connections_closed(timeout=2.0)
     assert server.open_connections == 0
+
+
+async def terminal_of(
+    server: LLMServer,
+    observable_of: Callable[[OpenAIChatClient], Observable[Any]],
+    on_next: Callable[[Any], None],
+) -> Exception:
+    """Subscribe ``observable_of(client)`` with ``on_next`` and return what ended it: the
+    exception ``on_error`` got (a ``RuntimeError("completed")`` for ``on_completed``).
+    Fails if neither came within a second of the request (the loop's handler is shown)."""
+    loop = asyncio.get_running_loop()
+    ended: asyncio.Future[Exception] = loop.create_future()
+    reported: list[dict[str, Any]] = []
+    loop.set_exception_handler(lambda _loop, context: reported.append(context))
+    try:
+        async with OpenAIChatClient(server.url) as client:
+            observable_of(client).subscribe(
+                on_next, ended.set_result, lambda: ended.set_result(RuntimeError("completed"))
+            )
+            await server.wait_requests(1)
+            done, _ = await asyncio.wait({ended}, timeout=1.0)
+    finally:
+        loop.set_exception_handler(None)
+    assert done, f"on_error never called; the loop's handler got {reported!r}"
+    return ended.result()
 
 
 # ---------------------------------------------------------------- cold re-subscription
@@ -675,26 +700,15 @@ async def test_a_raising_on_next_on_the_aggregated_response_reaches_on_error(
     """``aggregate()`` emits at completion; the user's ``on_next`` raises on it: the user's
     ``on_error`` gets that exception, as for any other result of a client stream."""
     server.enqueue(Reply(text="the answer"))
-    loop = asyncio.get_running_loop()
-    ended: asyncio.Future[Exception] = loop.create_future()
     boom = ValueError("save failed")
-    reported: list[dict[str, Any]] = []
-    loop.set_exception_handler(lambda _loop, context: reported.append(context))
 
     def on_next(response: AgentResponse) -> None:
         raise boom
 
-    try:
-        async with OpenAIChatClient(server.url) as client:
-            client.stream(USER).pipe(ops.convert(), ops.aggregate()).subscribe(
-                on_next, ended.set_result, lambda: ended.set_result(RuntimeError("completed"))
-            )
-            await server.wait_requests(1)
-            done, _ = await asyncio.wait({ended}, timeout=1.0)
-    finally:
-        loop.set_exception_handler(None)
-    assert done, f"on_error never called; the loop's handler got {reported!r}"
-    assert ended.result() is boom
+    error = await terminal_of(
+        server, lambda c: c.stream(USER).pipe(ops.convert(), ops.aggregate()), on_next
+    )
+    assert error is boom
 
 
 @pytest.mark.asyncio
@@ -704,27 +718,14 @@ async def test_a_raising_on_next_on_the_flushed_tool_calls_reaches_on_error(
     """``convert()`` flushes its ``ToolCallingContent`` at completion; the UI's ``on_next``
     raises on that result: ``on_error`` gets it, as it does for the text before."""
     server.enqueue(TOOL_REPLY)
-    loop = asyncio.get_running_loop()
-    ended: asyncio.Future[Exception] = loop.create_future()
     boom = ValueError("card render failed")
-    reported: list[dict[str, Any]] = []
-    loop.set_exception_handler(lambda _loop, context: reported.append(context))
 
     def on_next(result: AgentResponseResult) -> None:
         if any(isinstance(c, ToolCallingContent) for c in result.contents):
             raise boom
 
-    try:
-        async with OpenAIChatClient(server.url) as client:
-            client.stream(USER).pipe(ops.convert()).subscribe(
-                on_next, ended.set_result, lambda: ended.set_result(RuntimeError("completed"))
-            )
-            await server.wait_requests(1)
-            done, _ = await asyncio.wait({ended}, timeout=1.0)
-    finally:
-        loop.set_exception_handler(None)
-    assert done, f"on_error never called; the loop's handler got {reported!r}"
-    assert ended.result() is boom
+    error = await terminal_of(server, lambda c: c.stream(USER).pipe(ops.convert()), on_next)
+    assert error is boom
 
 
 @pytest.mark.asyncio
@@ -733,11 +734,7 @@ async def test_a_raising_on_next_on_the_last_result_of_an_agent_turn_reaches_on_
 ) -> None:
     """The user's ``on_next`` raises on the turn's last result: ``on_error`` gets it."""
     server.enqueue(Reply(text="final"))
-    loop = asyncio.get_running_loop()
-    ended: asyncio.Future[Exception] = loop.create_future()
     boom = ValueError("ui bug at the end")
-    reported: list[dict[str, Any]] = []
-    loop.set_exception_handler(lambda _loop, context: reported.append(context))
 
     def on_next(result: AgentResponseResult) -> None:
         if result.finish_reason is not None or any(
@@ -745,17 +742,8 @@ async def test_a_raising_on_next_on_the_last_result_of_an_agent_turn_reaches_on_
         ):
             raise boom
 
-    try:
-        async with OpenAIChatClient(server.url) as client:
-            Agent(client).run("go").subscribe(
-                on_next, ended.set_result, lambda: ended.set_result(RuntimeError("completed"))
-            )
-            await server.wait_requests(1)
-            done, _ = await asyncio.wait({ended}, timeout=1.0)
-    finally:
-        loop.set_exception_handler(None)
-    assert done, f"on_error never called; the loop's handler got {reported!r}"
-    assert ended.result() is boom
+    error = await terminal_of(server, lambda c: Agent(c).run("go"), on_next)
+    assert error is boom
 
 
 @pytest.mark.asyncio
@@ -852,27 +840,14 @@ async def test_a_raising_on_next_on_the_error_result_reaches_on_error(server: LL
     errors), the subscription is not left without a terminal notification."""
     reply = Reply(text="cut here " * 30, chunk_size=4)
     server.enqueue(Fault.drop_after(1200, body=reply))
-    loop = asyncio.get_running_loop()
-    ended: asyncio.Future[Exception] = loop.create_future()
     boom = ValueError("error card failed")
-    reported: list[dict[str, Any]] = []
-    loop.set_exception_handler(lambda _loop, context: reported.append(context))
 
     def on_next(result: AgentResponseResult) -> None:
         if any(type(c).__name__ == "ErrorContent" for c in result.contents):
             raise boom
 
-    try:
-        async with OpenAIChatClient(server.url) as client:
-            client.stream(USER).pipe(ops.convert()).subscribe(
-                on_next, ended.set_result, lambda: ended.set_result(RuntimeError("completed"))
-            )
-            await server.wait_requests(1)
-            done, _ = await asyncio.wait({ended}, timeout=1.0)
-    finally:
-        loop.set_exception_handler(None)
-    assert done, f"on_error never called; the loop's handler got {reported!r}"
-    assert ended.result() is boom or isinstance(ended.result(), StreamInterrupted)
+    error = await terminal_of(server, lambda c: c.stream(USER).pipe(ops.convert()), on_next)
+    assert error is boom or isinstance(error, StreamInterrupted)
 
 
 @pytest.mark.asyncio
