@@ -266,6 +266,35 @@ def head(response_id: str = "resp_1") -> list[dict[str, Any]]:
     ]
 
 
+def opened(
+    calls: list[dict[str, Any]], size: int
+) -> tuple[list[dict[str, Any]], list[list[dict[str, Any]]]]:
+    """The events opening ``calls`` (after :func:`head`), and per call its argument
+    deltas of ``size`` characters, for a test to interleave."""
+    events = head()
+    for index, item in enumerate(calls):
+        events.append(
+            {
+                "type": "response.output_item.added",
+                "output_index": index,
+                "item": {**item, "arguments": "", "status": "in_progress"},
+            }
+        )
+    queues = [
+        [
+            {
+                "type": "response.function_call_arguments.delta",
+                "item_id": item["id"],
+                "output_index": index,
+                "delta": piece,
+            }
+            for piece in _pieces(item["arguments"], size)
+        ]
+        for index, item in enumerate(calls)
+    ]
+    return events, queues
+
+
 def completed(
     output: list[dict[str, Any]], used: dict[str, Any] | None = None, response_id: str = "resp_1"
 ) -> dict[str, Any]:
@@ -504,27 +533,7 @@ async def test_parallel_calls_interleaved_by_output_index_are_all_kept() -> None
         call("fc_b", "call_b", "add", {"a": 2, "b": 3}),
         call("fc_c", "call_c", "lookup", {"city": "東京"}),
     ]
-    events = head()
-    for index, item in enumerate(calls):
-        events.append(
-            {
-                "type": "response.output_item.added",
-                "output_index": index,
-                "item": {**item, "arguments": "", "status": "in_progress"},
-            }
-        )
-    queues = [
-        [
-            {
-                "type": "response.function_call_arguments.delta",
-                "item_id": item["id"],
-                "output_index": index,
-                "delta": piece,
-            }
-            for piece in _pieces(item["arguments"], 2)
-        ]
-        for index, item in enumerate(calls)
-    ]
+    events, queues = opened(calls, 2)
     while any(queues):  # round robin over the calls
         for queue in queues:
             if queue:
@@ -776,27 +785,7 @@ def test_interleaved_argument_deltas_agree_with_the_sdk(
     arguments: list[dict[str, Any]], size: int, order: Any
 ) -> None:
     calls = [call(f"fc_{n}", f"call_{n}", "lookup", a) for n, a in enumerate(arguments)]
-    events = head()
-    for index, item in enumerate(calls):
-        events.append(
-            {
-                "type": "response.output_item.added",
-                "output_index": index,
-                "item": {**item, "arguments": "", "status": "in_progress"},
-            }
-        )
-    queues = [
-        [
-            {
-                "type": "response.function_call_arguments.delta",
-                "item_id": item["id"],
-                "output_index": index,
-                "delta": piece,
-            }
-            for piece in _pieces(item["arguments"], size)
-        ]
-        for index, item in enumerate(calls)
-    ]
+    events, queues = opened(calls, size)
     while any(queues):
         queue = order.choice([q for q in queues if q])
         events.append(queue.pop(0))
