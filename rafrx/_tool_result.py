@@ -18,6 +18,7 @@ import enum
 import json
 import math
 import pathlib
+import sys
 import uuid
 from typing import Any
 
@@ -35,7 +36,10 @@ def format_result(value: Any) -> str:
     its plain text); anything else as JSON (enums as their value, attrs and
     dataclass instances as objects, sets as lists, dates in ISO format, dict
     keys of those kinds as their JSON string, pydantic models as their
-    ``model_dump(mode="json", by_alias=True)``).
+    ``model_dump(mode="json", by_alias=True)``). NaN and the infinities go as
+    ``null`` (as keys, as ``json.dumps`` names them: ``"NaN"``, ``"Infinity"``),
+    and an integer with more digits than Python writes
+    (``sys.get_int_max_str_digits()``) as a string of its digits.
 
     Raises:
         TypeError: the value has no JSON form.
@@ -66,6 +70,8 @@ def _with_json_keys(value: Any, open_containers: frozenset[int] = frozenset()) -
     """
     if isinstance(value, float) and not math.isfinite(value):
         return None  # NaN and the infinities have no JSON form: null, as JSON.stringify
+    if type(value) is int:
+        return _long_int(value)
     if id(value) in open_containers or not isinstance(value, dict | list | tuple):
         return value
     inside = open_containers | {id(value)}
@@ -76,6 +82,10 @@ def _with_json_keys(value: Any, open_containers: frozenset[int] = frozenset()) -
 
 def _key(key: Any) -> Any:
     """A dict key as JSON takes it: as is, or its JSON form if that is a string or number."""
+    if isinstance(key, float) and not math.isfinite(key):
+        return repr(key).replace("inf", "Infinity").replace("nan", "NaN")  # as json.dumps
+    if type(key) is int:
+        return _long_int(key)
     if key is None or isinstance(key, str | int | float):
         return key
     try:
@@ -83,6 +93,17 @@ def _key(key: Any) -> Any:
     except TypeError:
         return key  # for json.dumps to refuse, naming the type
     return form if form is None or isinstance(form, str | int | float) else key
+
+
+def _long_int(value: int) -> int | str:
+    """``value``, or its digits as a string when it has more than Python writes
+    (``sys.get_int_max_str_digits()``, which ``json.dumps`` would refuse)."""
+    limit = sys.get_int_max_str_digits()
+    if limit and value.bit_length() > 3 * limit:  # 3.32 bits a digit: maybe too long
+        digits = str(decimal.Decimal(value))  # (no limit on this conversion)
+        if len(digits.lstrip("-")) > limit:
+            return digits
+    return value
 
 
 def _to_json(value: Any) -> Any:

@@ -20,13 +20,14 @@ import copy
 import enum
 import json
 import logging
-import math
 import re
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Final, final
 
 import attrs
+
+from rafrx._finite import finite, is_strict_json, strict_dumps
 
 __all__ = [
     "ANTHROPIC_THINKING",
@@ -106,9 +107,10 @@ class ToolCall:
     ``raw_arguments`` and ``partial_value`` (what the arguments were on
     their way to, a preview); it never runs.
 
-    On the wire the arguments are always strict JSON: a number JSON cannot
-    write (``1e400`` parses to infinity) goes as the raw text when the call
-    has it, else as ``null`` (as JavaScript's ``JSON.stringify`` does).
+    On the wire parsed arguments are always strict JSON: a number JSON cannot
+    write (``1e400`` parses to infinity, ``NaN``) goes as the raw text when
+    the call has it and that text is strict JSON (``1e400`` is), else as
+    ``null`` (as JavaScript's ``JSON.stringify`` does).
 
     Example:
         >>> ToolCall("c1", "f", {"big": float("inf"), "n": 1}).arguments_json()
@@ -130,20 +132,9 @@ class ToolCall:
         try:
             return json.dumps(self.arguments, ensure_ascii=False, allow_nan=False)
         except ValueError:  # NaN or an infinity: no JSON text
-            if self.raw_arguments is not None:
-                return self.raw_arguments
-            return json.dumps(_finite(self.arguments), ensure_ascii=False, allow_nan=False)
-
-
-def _finite(value: Any) -> Any:
-    """``value`` with each NaN or infinity made ``None``: what JSON can carry of it."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, Mapping):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_finite(v) for v in value]
-    return value
+            if self.raw_arguments is not None and is_strict_json(self.raw_arguments):
+                return self.raw_arguments  # e.g. 1e400, as the model wrote it
+            return strict_dumps(self.arguments, ensure_ascii=False)
 
 
 def _tuple_or_none(value: Iterable[ToolCall] | None) -> tuple[ToolCall, ...] | None:
@@ -883,7 +874,7 @@ def _assistant_blocks(msg: ChatMessage, kept: Sequence[Any]) -> list[dict[str, A
 def _tool_use(call: ToolCall) -> dict[str, Any]:
     # Anthropic requires an object (a call whose arguments were invalid JSON sends {}) of
     # strict JSON (a NaN or infinity goes as null, as in ToolCall.arguments_json).
-    arguments = _finite(call.arguments) if isinstance(call.arguments, Mapping) else {}
+    arguments = finite(call.arguments) if isinstance(call.arguments, Mapping) else {}
     return {"type": "tool_use", "id": call.id, "name": call.name, "input": arguments}
 
 

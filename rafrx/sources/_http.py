@@ -53,6 +53,7 @@ from reactivex.disposable import Disposable
 from yarl import URL
 
 from rafrx._cycles import let_go, without_frames
+from rafrx._finite import finite, strict_dumps
 from rafrx._redaction import env_secrets, redact_with, secret_prefix_at
 from rafrx.errors import (
     ConnectTimeout,
@@ -866,8 +867,16 @@ def _json_body(session: aiohttp.ClientSession, payload: Mapping[str, Any]) -> ai
     which warns (``ResourceWarning``: "Sending a large body directly with raw
     bytes might lock the event loop") when the body is over 1 MiB, a long
     conversation; a ``BytesIOPayload`` is written in chunks, yielding to the loop.
+
+    The body is strict JSON: a NaN or an infinity a past turn holds (a model's
+    ``NaN`` in a kept block, a tool's) goes as ``null``, not as the bare ``NaN``
+    that ``json.dumps`` writes and the providers refuse.
     """
-    data = session.json_serialize(payload).encode()
+    serialize = session.json_serialize
+    if serialize is json.dumps:  # aiohttp's default
+        data = strict_dumps(payload).encode()
+    else:  # the user's own serializer: give it what JSON can carry
+        data = serialize(finite(payload)).encode()
     return aiohttp.BytesIOPayload(io.BytesIO(data), content_type="application/json")
 
 

@@ -310,7 +310,9 @@ class OpenAIChatDialect:
             if type(choice) is not dict:
                 raise malformed(event, "a choice should be an object")
             index = choice.get("index")
-            if index is None or (index == 0 and type(index) is not bool) or as_int(index) == 0:
+            if index is not None and (index := as_int(index)) is None:
+                raise malformed(event, f"invalid choice index {choice['index']!r}")
+            if not index:  # (no index: the only choice)
                 self._choice(event, choice, out)
         citations = chunk.get("citations")
         if citations:
