@@ -331,12 +331,20 @@ async def _read_line(prompt: str) -> str | None:
     loop = asyncio.get_running_loop()
     future: asyncio.Future[str] = loop.create_future()
 
-    def deliver(line: str) -> None:
-        if not future.done():
+    def deliver(line: str | Exception) -> None:
+        if future.done():
+            return
+        if isinstance(line, Exception):
+            future.set_exception(line)
+        else:
             future.set_result(line)
 
     def read() -> None:
-        line = sys.stdin.readline()
+        line: str | Exception
+        try:
+            line = sys.stdin.readline()
+        except Exception as exc:  # e.g. stdin closed under us: the awaiting chat says so
+            line = exc
         with contextlib.suppress(RuntimeError):  # the loop is gone: nobody is waiting
             loop.call_soon_threadsafe(deliver, line)
 
@@ -551,6 +559,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``rafrx`` command line; returns the exit status."""
     with contextlib.suppress(AttributeError, ValueError):
         sys.stdout.reconfigure(errors="replace")  # type: ignore[union-attr]
+    with contextlib.suppress(AttributeError, ValueError):  # bytes typed in another encoding
+        sys.stdin.reconfigure(errors="replace")  # type: ignore[union-attr]
     args = build_parser().parse_args(argv)
     try:
         return int(asyncio.run(_COMMANDS[args.command](args)))

@@ -19,9 +19,10 @@ Example:
 
 from __future__ import annotations
 
+import re
 from typing import Final
 
-__all__ = ["COMPACT_AT", "compact", "joined"]
+__all__ = ["COMPACT_AT", "compact", "join_surrogates", "joined"]
 
 #: How many fragments a keeper holds before it joins them into one block.
 COMPACT_AT: Final = 1024
@@ -36,3 +37,23 @@ def compact(parts: list[str], blocks: list[str]) -> None:
 def joined(blocks: list[str], parts: list[str]) -> str:
     """The whole text: the ``blocks``, then the ``parts``."""
     return "".join([*blocks, *parts]) if blocks else "".join(parts)
+
+
+_SURROGATE: Final = re.compile("[\ud800-\udfff]")
+
+
+def join_surrogates(text: str) -> str:
+    """``text`` with each high + low surrogate pair in it as the one character they make.
+
+    A server slicing text by UTF-16 units may send an emoji's two halves as
+    ``\\ud83d`` and ``\\ude00`` escapes in two deltas: joined, the two
+    halves are still two lone surrogates, which ``print()`` and ``encode()``
+    refuse. Lone surrogates without their other half stay as they are.
+
+    Example:
+        >>> join_surrogates("a\\ud83d" + "\\ude00b") == "a\\U0001f600b"
+        True
+    """
+    if text.isascii() or _SURROGATE.search(text) is None:
+        return text
+    return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "surrogatepass")

@@ -36,9 +36,10 @@ import attrs
 
 from rafrx import content as c
 from rafrx import messages
+from rafrx._fragments import join_surrogates
 from rafrx.errors import error_text
 from rafrx.events import FinishEvent, ResponseStartedEvent, ToolApprovalRequestEvent
-from rafrx.notebook._format import LONG_ARG_BYTES, human_size, one_line, usage_line
+from rafrx.notebook._format import BIDI_CONTROLS, LONG_ARG_BYTES, human_size, one_line, usage_line
 from rafrx.response import AgentResponse, AgentResponseResult, FinishReason, Usage
 
 __all__ = ["TerminalRenderer", "supports_color"]
@@ -70,12 +71,13 @@ _CLEAR_LINE = "\r\x1b[K"
 # sequence or a carriage return would drive the terminal (clear it, retitle it, hide text).
 # And the bidi controls (marks, embeddings, overrides, isolates): they reorder what follows
 # on a terminal that applies bidi, so "/tmp/\u202egnp.exe" would read as "/tmp/exe.png".
-_CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+# And lone surrogates (a JSON "\ud83d" escape without its other half): no stream writes them.
+_CONTROLS = re.compile(f"[\x00-\x08\x0b-\x1f\x7f-\x9f{BIDI_CONTROLS}\ud800-\udfff]")
 
 
 def inert(text: str) -> str:
-    """``text`` with its control characters (but tab and newline) and its bidi
-    controls shown as U+FFFD.
+    """``text`` with its control characters (but tab and newline), its bidi
+    controls and its lone surrogates shown as U+FFFD.
 
     Example:
         >>> inert("ok\\x1b[2J\\rdone\\n") == "ok\\ufffd[2J\\ufffddone\\n"
@@ -126,6 +128,7 @@ class TerminalRenderer:
         self._steps = 0
         self._step_usages: list[Usage] = []  # shown by each LLM call's finish line
         self._errors: list[str] = []  # ErrorContent, shown by error() or response()
+        self._high = ""  # a streamed text's last high surrogate, until its low half comes
 
     # ------------------------------------------------------------ output helpers
 
@@ -140,6 +143,9 @@ class TerminalRenderer:
 
     def _break(self) -> None:
         """End a streaming line (text, reasoning or an in-place progress line)."""
+        if self._high:  # its other half never came
+            self.stream.write(inert(self._high))
+            self._high = ""
         if self._mode == "progress" and self.color:
             self.stream.write(_CLEAR_LINE)
         elif self._mode in ("text", "reasoning"):
@@ -154,7 +160,12 @@ class TerminalRenderer:
             if mode == "reasoning":
                 self.stream.write((_DIM if self.color else "") + self.style.reasoning + " ")
             self._mode = mode
-        self.stream.write(inert(text))
+        text = self._high + text
+        self._high = ""
+        if "\ud800" <= text[-1] <= "\udbff":  # an emoji cut in two UTF-16 halves: wait
+            self._high = text[-1]
+            text = text[:-1]
+        self.stream.write(inert(join_surrogates(text)))
         self.stream.flush()
 
     # ------------------------------------------------------------ public

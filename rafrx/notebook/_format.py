@@ -37,16 +37,26 @@ LONG_ARG_BYTES: Final = 80
 """A streamed string argument at least this long is shown by its size, not its value."""
 
 
+#: The bidi controls (marks, embeddings, overrides, isolates), as a regular expression class's
+#: inside: they reorder what follows, so "/tmp/\u202egnp.exe" would read as "/tmp/exe.png".
+BIDI_CONTROLS: Final = "\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"
+
 # What no display can take: lone surrogates (a JSON "\ud800" escape decodes to one; UTF-8
-# cannot encode it) and the characters XML 1.0 forbids (the timeline is SVG).
-_UNSHOWABLE: Final = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
+# cannot encode it) and the characters XML 1.0 forbids (the timeline is SVG); and what it
+# must not take from a model: the bidi controls.
+_UNSHOWABLE: Final = re.compile(
+    f"[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff{BIDI_CONTROLS}]"
+)
 
 
 def showable(text: str) -> str:
-    """``text`` with what no display can take (lone surrogates, XML-forbidden controls) as U+FFFD.
+    """``text`` with what no display can take (lone surrogates, XML-forbidden controls) and
+    the bidi controls (which would make a path or a command read as another) as U+FFFD.
 
     Example:
         >>> showable("ok \\ud800 \\x01") == "ok \\ufffd \\ufffd"
+        True
+        >>> showable("/tmp/\\u202egnp.exe") == "/tmp/\\ufffdgnp.exe"
         True
     """
     return text if text.isascii() and text.isprintable() else _UNSHOWABLE.sub("\ufffd", text)

@@ -9,7 +9,7 @@ import attrs
 from reactivex import Observable
 
 from rafrx._cycles import Outcome
-from rafrx._fragments import COMPACT_AT, compact, joined
+from rafrx._fragments import COMPACT_AT, compact, join_surrogates, joined
 from rafrx.content import (
     ReasoningContent,
     TextContent,
@@ -82,10 +82,10 @@ class _Step:
         return [self.calls[i] for i in self.order if i in self.calls]
 
     def joined_text(self) -> str:
-        return joined(self.text_blocks, self.text)
+        return join_surrogates(joined(self.text_blocks, self.text))
 
     def joined_reasoning(self) -> str:
-        return joined(self.reasoning_blocks, self.reasoning)
+        return join_surrogates(joined(self.reasoning_blocks, self.reasoning))
 
     def tool_messages(self) -> list[ChatMessage]:
         ordered = [self.results[i] for i in self.order if i in self.results]

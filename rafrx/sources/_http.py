@@ -28,7 +28,6 @@ and no error is chained to aiohttp's exceptions (which hold the request headers)
 from __future__ import annotations
 
 import asyncio
-import codecs
 import contextlib
 import datetime
 import email.utils
@@ -238,13 +237,15 @@ def _nothing() -> None:
     pass
 
 
-def _charset(response: aiohttp.ClientResponse) -> str:
-    """The text encoding ``response`` declares, if Python knows it; else UTF-8."""
+def _body_text(data: bytes, response: aiohttp.ClientResponse) -> str:
+    """``data`` decoded as ``response`` declares it (U+FFFD for what does not decode),
+    or as UTF-8 when Python has no text encoding by that name: an unknown one, a
+    bytes-to-bytes codec (``hex``, ``zlib``) or one without ``"replace"`` (``idna``)."""
     charset = response.charset
     if charset:
-        with contextlib.suppress(LookupError):
-            return codecs.lookup(charset).name
-    return "utf-8"
+        with contextlib.suppress(LookupError, UnicodeError):
+            return data.decode(charset, "replace")
+    return data.decode("utf-8", "replace")
 
 
 def _seconds(value: str | None) -> float | None:
@@ -815,9 +816,7 @@ class _StreamCall:
                         break
         except (TimeoutError, aiohttp.ClientError, OSError, HttpProcessingError):
             pass  # what came is the body
-        return redact_cut(
-            bytes(data[:limit]).decode(_charset(response), "replace"), self.request.secrets
-        )
+        return redact_cut(_body_text(bytes(data[:limit]), response), self.request.secrets)
 
     async def _status_error(self, response: aiohttp.ClientResponse) -> HTTPStatusError:
         body = await self._read_text(response, MAX_ERROR_BODY)
