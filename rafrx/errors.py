@@ -88,9 +88,13 @@ class RafrxError(Exception):
         retryable: Whether the same request could succeed if sent again.
         partial: The response built from what was received before the
             failure; set by ``aggregate()`` / ``collect_agent_response()``.
+        attempts: How many times the request was sent: more than 1 when a
+            retry policy sent it again (the message then ends with
+            "(after N attempts)"); this is the last attempt's error.
     """
 
     retryable: bool = False
+    attempts: int = 1
 
     def __init__(
         self,

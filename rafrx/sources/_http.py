@@ -45,7 +45,11 @@ from typing import Any, Final, final
 import aiohttp
 import attrs
 import reactivex
-from aiohttp.http_exceptions import HttpProcessingError
+from aiohttp.http_exceptions import (
+    ContentLengthError,
+    HttpProcessingError,
+    TransferEncodingError,
+)
 from multidict import CIMultiDictProxy
 from reactivex import Observable, abc
 from reactivex.disposable import Disposable
@@ -244,8 +248,8 @@ def _body_text(data: bytes, response: aiohttp.ClientResponse) -> str:
     charset = response.charset
     if charset:
         with contextlib.suppress(LookupError, UnicodeError):
-            return data.decode(charset, "replace")
-    return data.decode("utf-8", "replace")
+            return data.decode(charset, "replace").removeprefix("\ufeff")
+    return data.decode("utf-8", "replace").removeprefix("\ufeff")  # a BOM (.NET / IIS)
 
 
 def _seconds(value: str | None) -> float | None:
@@ -656,6 +660,8 @@ class _StreamCall:
                     if self.retry is not None and self.delivered == 0:
                         delay = self.retry.delay(err, attempt)
                     if delay is None:
+                        if attempt > 1:
+                            _note_attempts(err, attempt)
                         self._end(let_go(err))  # (kept by the user: the call goes with it)
                         return
                     if self.held:
@@ -681,9 +687,11 @@ class _StreamCall:
             check_content_type(response.headers.get("Content-Type"))
         except ContentTypeError:
             snippet = await self._read_text(response, MAX_SNIPPET)
+            said = _provider_error(snippet)[0]  # e.g. a server that will not stream, in JSON
             raise ContentTypeError(
                 "expected Content-Type text/event-stream, got "
-                f"{response.headers.get('Content-Type')!r} from {self.request.safe_url}",
+                f"{response.headers.get('Content-Type')!r} from {self.request.safe_url}"
+                + (f": {said}" if said else ""),
                 status=response.status,
                 body=snippet,
             ) from None
@@ -789,7 +797,7 @@ class _StreamCall:
         ) as exc:
             message = (
                 f"the connection to {self.request.safe_url} broke mid-stream "
-                f"after {self.delivered} update(s): {type(exc).__name__}: {exc}"
+                f"after {self.delivered} update(s): {_why_broken(exc)}"
             )
             error = StreamInterrupted(redact(message, self.request.secrets))
             exc.__traceback__ = None  # aiohttp's reader keeps it: no frame of this call in it
@@ -825,9 +833,13 @@ class _StreamCall:
         if response.status < 400:
             return HTTPStatusError(response.status, body=body, message=self._redirect(response))
         message, error_type, code = _provider_error(body)
+        reason = None
+        if message is None and response.content_type == "text/plain":
+            reason = _first_line(body)  # a gateway's or a proxy's reason, in words
         error = HTTPStatusError(
             response.status,
             body=body,
+            message=None if reason is None else f"HTTP {response.status}: {reason}",
             provider_message=message,
             error_type=error_type,
             code=code,
@@ -901,8 +913,42 @@ def _provider_error(body: str) -> tuple[str | None, str | None, str | None]:
     else:
         message = data.get("message") or data.get("detail")
         kind = data.get("type") if data.get("type") != "error" else None
+    if isinstance(code, int) and not isinstance(code, bool):
+        code = str(code)  # OpenRouter's, Gemini's (as the dialects keep an in-band one)
     return (
         message if isinstance(message, str) else None,
         kind if isinstance(kind, str) else None,
         code if isinstance(code, str) else None,
     )
+
+
+def _first_line(text: str, limit: int = 200) -> str | None:
+    """The first non-blank line of ``text``, clipped to ``limit`` characters."""
+    line = next((line.strip() for line in text.splitlines() if line.strip()), "")
+    if not line:
+        return None
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def _why_broken(exc: BaseException) -> str:
+    """Why a response body stopped, in words. (aiohttp's payload error quotes its
+    parser's exception, ``<TransferEncodingError: 400, message=...>``: no HTTP 400.)"""
+    cause = exc.__cause__
+    if isinstance(cause, ContentLengthError):
+        return "the body ended before its Content-Length"
+    if isinstance(cause, TransferEncodingError):
+        return "the chunked body ended before its last chunk"
+    if isinstance(exc, aiohttp.ClientPayloadError):  # (its words, without a repr it quotes)
+        return re.split(r"[:.] <", str(exc), maxsplit=1)[0] or "the response body was cut short"
+    if isinstance(exc, aiohttp.ServerDisconnectedError):
+        return "the server closed the connection"
+    if isinstance(exc, HttpProcessingError):
+        return f"invalid HTTP framing ({exc.message})"
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _note_attempts(error: RafrxError, attempts: int) -> None:
+    """Say on ``error``, the last attempt's, that the request was sent ``attempts`` times."""
+    error.attempts = attempts
+    error.message = f"{error.message} (after {attempts} attempts)"
+    error.args = (error.message, *error.args[1:])

@@ -568,6 +568,8 @@ def _endpoint(base_url: str, endpoint: str, *, versioned_prefix: bool = False) -
     url = URL(base_url)
     if not url.is_absolute():
         raise ValueError(f"base_url must be an absolute URL, got {_shown_url(base_url)!r}")
+    if url.scheme not in ("http", "https"):
+        raise ValueError(f"base_url must be an http or https URL, got {_shown_url(base_url)!r}")
     prefix = url.path.rstrip("/")
     if not prefix or (versioned_prefix and not prefix.endswith("/v1")):
         prefix += "/v1"
