@@ -129,7 +129,9 @@ class RetryPolicy:
     event right after ``message_start`` is retried too. The wait is the server's
     ``retry-after-ms`` / ``Retry-After`` (seconds or an HTTP date) when given,
     else exponential backoff; a server asking for more than
-    ``max_retry_after`` seconds (``inf`` included) is not retried.
+    ``max_retry_after`` seconds (``inf`` included) is not retried. When it
+    gives up, the stream ends with the last attempt's error, whose
+    ``attempts`` says how many were made (and its message, "(after N attempts)").
 
     Example:
         >>> policy = RetryPolicy(initial_backoff=0.5, jitter=False)
