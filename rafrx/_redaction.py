@@ -98,7 +98,8 @@ _SECRET_PARAM: Final = r"(?:(?:x-(?:goog-)?)?api[_-]?key|key|(?:access[_-])?toke
 _PATTERNS: Final = (
     re.compile(_START + r"(?P<s>sk-[A-Za-z0-9_\-]{16,})"),
     re.compile(_START + r"(?P<s>AIza[0-9A-Za-z_\-]{30,})"),
-    re.compile(r"(?i)" + _START + r"bearer\s+(?P<s>[A-Za-z0-9._~+/=\-]{8,})"),
+    # (at most 32 blank characters between: a stream may not hold an endless run of them)
+    re.compile(r"(?i)" + _START + r"bearer\s{1,32}(?P<s>[A-Za-z0-9._~+/=\-]{8,})"),
     # (not a value masked already: ``?key=***``, as masked_url shows one)
     re.compile(r"(?i)[?&]" + _SECRET_PARAM + r"=(?!\*\*\*)(?P<s>[^&#\s\"']+)"),
 )
@@ -339,7 +340,9 @@ def redact_headers(headers: Mapping[str, str], secrets: Iterable[str] = ()) -> d
 _OPEN_PATTERNS: Final = (
     re.compile(_START + r"s(?:k(?:-[A-Za-z0-9_\-]*)?)?\Z"),
     re.compile(_START + r"A(?:I(?:z(?:a[0-9A-Za-z_\-]*)?)?)?\Z"),
-    re.compile(r"(?i)" + _START + r"b(?:e(?:a(?:r(?:e(?:r(?:\s+[A-Za-z0-9._~+/=\-]*)?)?)?)?)?)?\Z"),
+    re.compile(
+        r"(?i)" + _START + r"b(?:e(?:a(?:r(?:e(?:r(?:\s{1,32}[A-Za-z0-9._~+/=\-]*)?)?)?)?)?)?\Z"
+    ),
     re.compile(r"(?i)[?&](?:[a-z_]{0,12}|(?:api_key|apikey|key|token|access_token)=[^&#\s\"']*)\Z"),
 )
 #: The same at a text block's start (see ``_AT_BLOCK_START``).

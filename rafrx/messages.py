@@ -449,10 +449,13 @@ def with_call_ids(messages: Iterable[ChatMessage]) -> list[ChatMessage]:
 def _fresh_ids(taken: set[str]) -> Callable[[str], str]:
     """A maker of ids that are not in ``taken`` (``base``, else ``base_1``, ``base_2`` …)."""
 
+    tried: dict[str, int] = {}  # base → the first suffix not tried yet (taken only grows)
+
     def fresh(base: str) -> str:
-        call_id, n = base, 1
+        call_id, n = base, tried.get(base, 1)
         while call_id in taken:
             call_id, n = f"{base}_{n}", n + 1
+        tried[base] = n
         taken.add(call_id)
         return call_id
 
@@ -484,14 +487,16 @@ def _unique_call_ids(
     for msg in with_call_ids(messages):
         if msg.tool_calls:
             calls: list[ToolCall] = []
-            for given in {call.id for call in msg.tool_calls}:
+            givens = {call.id for call in msg.tool_calls}
+            for given in givens:
                 waiting[given] = []
             for call in msg.tool_calls:
                 call_id = fresh(form(call.id))
                 waiting[call.id].append(call_id)
                 latest[call.id] = call_id
                 calls.append(call if call_id == call.id else attrs.evolve(call, id=call_id))
-            msg = _refs_renamed(attrs.evolve(msg, tool_calls=calls), dict(waiting))
+            renamed = {given: waiting[given] for given in givens}  # (this message's calls)
+            msg = _refs_renamed(attrs.evolve(msg, tool_calls=calls), renamed)
         elif msg.role is MessageRole.TOOL and msg.tool_call_id is not None:
             given = msg.tool_call_id
             queue = waiting.get(given)
@@ -815,6 +820,7 @@ def to_anthropic(messages: Iterable[ChatMessage]) -> tuple[str | None, list[dict
     """
     system: list[str] = []
     out: list[dict[str, Any]] = []
+    results: list[dict[str, Any]] | None = None  # the last message's, if a run of tool results
     for msg in _unique_call_ids(messages, _anthropic_id):
         if msg.role is MessageRole.SYSTEM:
             system.append(msg.content)
@@ -829,15 +835,17 @@ def to_anthropic(messages: Iterable[ChatMessage]) -> tuple[str | None, list[dict
                 block["is_error"] = True
                 if not msg.content.strip():  # refused: "content cannot be empty if is_error"
                     block["content"] = "Error"
-            if out and out[-1]["role"] == "user" and _all_tool_results(out[-1]["content"]):
-                out[-1]["content"].append(block)
+            if results is not None:
+                results.append(block)
             else:
-                out.append({"role": "user", "content": [block]})
+                results = [block]
+                out.append({"role": "user", "content": results})
             continue
         kept = (msg.provider_data or {}).get(ANTHROPIC_THINKING) or ()
         blocks = _assistant_blocks(msg, kept)
         if blocks:  # else nothing Anthropic can take: an empty content list is refused
             out.append({"role": msg.role.value, "content": blocks})
+            results = None
     text = "\n\n".join(s for s in system if s.strip())  # blank system text is refused
     return (text or None), out
 
@@ -886,11 +894,6 @@ def _anthropic_id(call_id: str) -> str:
     (``functions.lookup:0``) with each other character as ``_``, the same way in a
     ``tool_use`` and in its ``tool_result``."""
     return _NOT_ANTHROPIC_ID.sub("_", call_id) or "_"
-
-
-def _all_tool_results(blocks: list[dict[str, Any]]) -> bool:
-    """Whether a wire user message is a run of tool results (that a next result joins)."""
-    return all(b.get("type") == "tool_result" for b in blocks)
 
 
 def from_anthropic(

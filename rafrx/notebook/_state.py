@@ -18,6 +18,7 @@ Example:
 
 from __future__ import annotations
 
+from collections import deque
 from typing import Any
 
 import attrs
@@ -121,6 +122,15 @@ class LiveState:
     cards: dict[str, ToolCard] = attrs.field(factory=dict)
     # Per LLM call of the turn: its call ids' cards (an id may come again in a later call).
     _calls: list[dict[str, ToolCard]] = attrs.field(factory=list, init=False, repr=False, eq=False)
+    # Per call id: its cards in order (one per LLM call that made it); those that may still
+    # be handed over; the next " #n" of its cards' keys.
+    _cards_of: dict[str, list[ToolCard]] = attrs.field(
+        factory=dict, init=False, repr=False, eq=False
+    )
+    _open_cards: dict[str, deque[ToolCard]] = attrs.field(
+        factory=dict, init=False, repr=False, eq=False
+    )
+    _next_n: dict[str, int] = attrs.field(factory=dict, init=False, repr=False, eq=False)
     step_usage: list[Usage | None] = attrs.field(factory=list)
     errors: list[str] = attrs.field(factory=list)
     model: str | None = None
@@ -192,11 +202,14 @@ class LiveState:
         return self._calls[-1]
 
     def _new_card(self, calls: dict[str, ToolCard], call_id: str, name: str) -> ToolCard:
-        key, n = call_id, 1
+        key, n = call_id, self._next_n.get(call_id, 1)
         while key in self.cards:
             n += 1
             key = f"{call_id} #{n}"
+        self._next_n[call_id] = n
         card = calls[call_id] = self.cards[key] = ToolCard(call_id, name)
+        self._cards_of.setdefault(call_id, []).append(card)
+        self._open_cards.setdefault(call_id, deque()).append(card)
         self.blocks.append(["tool", key])
         return card
 
@@ -209,21 +222,24 @@ class LiveState:
         """The card a complete (or cut) call ends: the earliest whose arguments are still
         open (with a lazy flush, calls of several LLM calls end together), else the
         current LLM call's."""
-        for calls in self._calls:
-            card = calls.get(call_id)
-            if card is not None and card.arguments_open:
-                return card
+        cards = self._open_cards.get(call_id)
+        if cards:
+            current = self._this_call().get(call_id)
+            while cards and not cards[0].arguments_open and cards[0] is not current:
+                cards.popleft()  # ended for good: only the current LLM call's card goes on
+            for card in cards:
+                if card.arguments_open:
+                    return card
         return self._streamed(call_id, name)
 
     def _answered(self, call_id: str, name: str = "") -> ToolCard:
         """The card an approval request or a tool result is about: the latest whose
         arguments ended (a result may come after the next LLM call started), else
         the latest of ``call_id``."""
-        cards = [calls[call_id] for calls in reversed(self._calls) if call_id in calls]
-        ended = [card for card in cards if not card.arguments_open]
-        if ended or cards:
-            return (ended or cards)[0]
-        return self._streamed(call_id, name)
+        cards = self._cards_of.get(call_id)
+        if not cards:
+            return self._streamed(call_id, name)
+        return next((card for card in reversed(cards) if not card.arguments_open), cards[-1])
 
     def add(self, result: AgentResponseResult) -> None:
         """Fold one result chunk in."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
@@ -46,6 +47,7 @@ class _Step:
         "reasoning",
         "reasoning_blocks",
         "results",
+        "started",
         "text",
         "text_blocks",
         "usage",
@@ -58,6 +60,7 @@ class _Step:
         self.reasoning_blocks: list[str] = []
         self.provider_data: list[Any] = []
         self.order: list[str] = []  # call ids in start order
+        self.started: set[str] = set()  # the same ids
         self.calls: dict[str, ToolCall] = {}
         self.results: dict[str, ChatMessage] = {}
         self.usage: Usage | None = None
@@ -90,7 +93,7 @@ class _Step:
     def tool_messages(self) -> list[ChatMessage]:
         ordered = [self.results[i] for i in self.order if i in self.results]
         if len(ordered) < len(self.results):  # results of calls never started, as they came
-            started = set(self.order)
+            started = self.started
             ordered.extend(m for i, m in self.results.items() if i not in started)
         return ordered
 
@@ -131,11 +134,13 @@ _AGGREGATED = frozenset(
 class ResponseAggregator:
     """The reducer behind :func:`aggregate`; :meth:`response` is the turn so far."""
 
-    __slots__ = ("_agent_id", "_finish", "_id", "_model", "_steps")
+    __slots__ = ("_agent_id", "_finish", "_id", "_model", "_steps", "_waiting")
 
     def __init__(self, agent_id: str | None = None) -> None:
         self._agent_id = agent_id
         self._steps: list[_Step] = []
+        # call id -> the steps that started it and have not had it handed over, oldest first
+        self._waiting: dict[str, deque[_Step]] = {}
         self._id: str | None = None
         self._model: str | None = None
         self._finish: FinishReason | None = None
@@ -173,6 +178,8 @@ class ResponseAggregator:
                     step.provider_data.append(content.provider_data)
             elif isinstance(content, ToolCallStartContent):
                 step.order.append(content.call_id)
+                step.started.add(content.call_id)
+                self._waiting.setdefault(content.call_id, deque()).append(step)
             elif isinstance(content, ToolCallingContent):
                 self._step_started(content.call_id, step).calls[content.call_id] = ToolCall(
                     content.call_id,
@@ -198,11 +205,15 @@ class ResponseAggregator:
         (with the lazy flush over several LLM calls, every call comes at the end; an id
         an LLM call reuses goes to the earliest such step); else ``current``, which
         then lists it."""
-        for step in self._steps:
-            if call_id in step.order and call_id not in step.calls:
-                return step
-        if call_id not in current.order:
+        waiting = self._waiting.get(call_id)
+        if waiting:
+            step = waiting.popleft()
+            if not waiting:
+                del self._waiting[call_id]
+            return step
+        if call_id not in current.started:
             current.order.append(call_id)
+            current.started.add(call_id)
         return current
 
     def _step_of(self, call_id: str, current: _Step) -> _Step:

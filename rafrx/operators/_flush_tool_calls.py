@@ -207,8 +207,9 @@ class ToolCallFlusher:
             flushed += self._finished(result)
         out: tuple[AgentResponseResult, ...] = (result,)
         if repeated:
+            dropped = {id(c) for c in repeated}  # (by identity: equal contents may differ)
             result = attrs.evolve(
-                result, contents=[c for c in result.contents if all(c is not r for r in repeated)]
+                result, contents=[c for c in result.contents if id(c) not in dropped]
             )
             empty = not (result.contents or result.events or result.finish_reason)
             out = () if empty else (result,)

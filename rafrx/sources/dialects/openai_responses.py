@@ -135,6 +135,7 @@ class OpenAIResponsesDialect:
 
     __slots__ = (
         "_annotations",
+        "_call_keys",
         "_calls",
         "_done",
         "_early_refs",
@@ -167,6 +168,7 @@ class OpenAIResponsesDialect:
         self._placed = False
         self._early_refs: list[dict[str, Any]] = []
         self._calls: dict[str, _Call] = {}  # output item id → call
+        self._call_keys: dict[str, str] = {}  # call id → its key in _calls
         self._annotations: dict[tuple[str, int], int] = {}  # (item id, part) → count sent
 
     @property
@@ -294,7 +296,9 @@ class OpenAIResponsesDialect:
         if self._key(item_id, call_id) is not None:
             return []  # known: by its item id, or (an item first sent without one) its call id
         custom = item.get("type") == "custom_tool_call"
-        self._calls[item_id or call_id] = _Call(call_id, custom)
+        key = item_id or call_id
+        self._calls[key] = _Call(call_id, custom)
+        self._call_keys[call_id] = key
         if custom:
             return [ToolCallStart(call_id, name), ToolCallArgs(call_id, CUSTOM_INPUT_HEAD)]
         return [ToolCallStart(call_id, name)]
@@ -303,11 +307,7 @@ class OpenAIResponsesDialect:
         """The key of a call already started: its item id, else the one with ``call_id``."""
         if item_id is not None and item_id in self._calls:
             return item_id
-        if call_id is not None:
-            for key, call in self._calls.items():
-                if call.call_id == call_id:
-                    return key
-        return None
+        return None if call_id is None else self._call_keys.get(call_id)
 
     def _end_call(self, item_id: str | None, source: dict[str, Any]) -> list[AgentResponseUpdate]:
         """End a call; ``source`` (the item or the ``.done`` event) may hold its arguments."""
