@@ -46,7 +46,7 @@ from reactivex.disposable import Disposable
 
 from rafrx._call import call_on
 from rafrx._cycles import Outcome, let_go
-from rafrx.errors import MaxStepsExceeded, RafrxError
+from rafrx.errors import MaxStepsExceeded, RafrxError, TransportError
 from rafrx.history import ContextProvider, HistoryProvider
 from rafrx.messages import (
     ChatMessage,
@@ -279,7 +279,10 @@ class Agent:
 
         Errors: the client's errors end the turn (nothing is saved);
         :class:`~rafrx.errors.MaxStepsExceeded` after ``max_steps`` LLM
-        calls that all called tools. Both carry ``.partial``.
+        calls that all called tools. Both carry ``.partial``. A turn that
+        ends filtered (``FinishReason.CONTENT_FILTER``) or that the server
+        ended with an error (``FinishReason.ERROR``: ``finish_reason:
+        "error"``) completes, but is not saved either.
         """
         new_input = _as_input(message_or_messages)
 
@@ -403,8 +406,16 @@ class _Turn:
     async def run(self) -> None:
         try:
             await self.loop()
-        except (KeyboardInterrupt, SystemExit, asyncio.CancelledError):
-            raise  # the program stops, or the turn was disposed of
+        except asyncio.CancelledError:
+            if not self.stopped:  # not disposed: its loop is ending (asyncio.run returned)
+                cancelled = TransportError(
+                    "the turn was cancelled (its event loop ended?)", retryable=False
+                )
+                cancelled.partial = self.turn.failed(cancelled)
+                self.terminate(self.observer.on_error, cancelled)
+            raise
+        except (KeyboardInterrupt, SystemExit):
+            raise  # the program stops
         except BaseException as exc:  # any other (GreenletExit …) still ends the turn
             error = exc if isinstance(exc, Exception) else _aborted(exc)
             if isinstance(error, RafrxError) and error.partial is None:
@@ -471,6 +482,11 @@ class _Turn:
             # Anthropic: "you must reset the conversation context" after a refusal, or
             # the next turns are refused too; a filtered answer is no use to go on from.
             logger.warning("a turn the provider refused or filtered was not saved to history")
+            return
+        if response.finish_reason is FinishReason.ERROR:
+            # A server that ends the stream with finish_reason "error" ("abort" in vLLM):
+            # the answer broke off, as after an in-band error event, whose turn is not saved.
+            logger.warning("a turn the server ended with an error was not saved to history")
             return
         await _settled(agent._saving)  # one save at a time: rows never interleave
         save = agent.history.save([*self.new_input, *response.turn_transcript])

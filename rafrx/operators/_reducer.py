@@ -16,6 +16,7 @@ convert(), aggregate())`` is one loop with no observer calls in between.
 
 from __future__ import annotations
 
+import asyncio
 from abc import abstractmethod
 from collections.abc import Callable, Sequence
 from typing import Any, Generic, Protocol, TypeVar
@@ -298,14 +299,30 @@ class ReducedObservable(_DirectPipe[B]):
         0.1 ms a stream); otherwise, or with a ``scheduler``, it is Rx's ``run``.
 
         Raises:
+            RuntimeError: Called in a running event loop's thread (a Jupyter cell,
+                a coroutine) on a stream that needs that loop (an HTTP stream),
+                which Rx's ``run`` would wait for forever: await it instead.
             Exception: The error the stream ended with.
             SequenceContainsNoElementsError: The stream completed empty.
         """
-        if scheduler is not None or not isinstance(self.source, SyncSource):
-            return super().run(scheduler)
-        last: _Last[B] = _Last()  # (no _Last[B](): a typing call per stream)
-        self._attach(last, None, at_once=True)
-        return last.value()
+        if isinstance(self.source, SyncSource) and scheduler is None:
+            last: _Last[B] = _Last()  # (no _Last[B](): a typing call per stream)
+            self._attach(last, None, at_once=True)
+            return last.value()
+        if scheduler is None and _loop_running():
+            # Rx's run() would wait on this thread for a source the loop drives (an
+            # HTTP stream): it would wait forever. A synchronous source still works.
+            last = _Last()
+            subscription = self._attach(last, None, at_once=False)
+            if not last.ended:
+                subscription.dispose()
+                raise RuntimeError(
+                    "run() blocks until the stream ends, and this stream needs the event "
+                    "loop running in this thread: await it instead (`await observable`, "
+                    "or `await rafrx.collect_agent_response(results)`)"
+                )
+            return last.value()
+        return super().run(scheduler)
 
     def _subscribe_core(
         self, observer: abc.ObserverBase[B], scheduler: abc.SchedulerBase | None = None
@@ -415,6 +432,10 @@ class _Last(abc.ObserverBase[A]):
     def on_completed(self) -> None:
         self._ended = True
 
+    @property
+    def ended(self) -> bool:
+        return self._ended
+
     def value(self) -> A:
         error, self._error = self._error, None
         if error is not None:
@@ -427,3 +448,12 @@ class _Last(abc.ObserverBase[A]):
         if not self._items:
             raise SequenceContainsNoElementsError()
         return self._items[0]
+
+
+def _loop_running() -> bool:
+    """Whether an asyncio event loop runs in this thread (as in a Jupyter cell)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True

@@ -438,7 +438,10 @@ class SessionPool:
         Each running call ends at once with a non-retryable
         :class:`~rafrx.errors.TransportError` (after what it already
         delivered), its response closed and, on this loop, its task awaited.
-        Calls started afterwards work as before, on new sessions.
+        Calls started afterwards work as before, on new sessions. A session
+        of another thread's loop is closed on that loop; if that loop is not
+        running (or stops first), it is closed when that loop runs again
+        (``asyncio.run`` ending it does).
         """
         current = asyncio.get_running_loop()
         calls = list(self._calls)
@@ -452,9 +455,11 @@ class SessionPool:
         for loop, (_, keeper) in owned.items():
             if loop is current:
                 await keeper.aclose()
-            elif loop.is_running() and not loop.is_closed():
+            elif not loop.is_closed():  # (a loop not running closes it when it runs again)
                 future = asyncio.run_coroutine_threadsafe(keeper.aclose(), loop)
-                await asyncio.wrap_future(future)
+                closed = asyncio.wrap_future(future)
+                while not closed.done() and loop.is_running():  # (it may stop before it)
+                    await asyncio.wait({closed}, timeout=0.1)
 
 
 # ---------------------------------------------------------------- the observable
@@ -677,6 +682,14 @@ class _StreamCall:
                     return
         except asyncio.CancelledError as cancelled:
             self._close()
+            if not self.stopped:  # not disposed: its loop is ending (asyncio.run returned)
+                self._end(
+                    TransportError(
+                        f"the call to {self.request.safe_url} was cancelled (its event loop "
+                        f"ended?) after {self.delivered} update(s)",
+                        retryable=False,
+                    )
+                )
             # (the frames below: their asyncio.timeout() blocks hold the task)
             raise without_frames(cancelled) from None
 
