@@ -125,6 +125,32 @@ class ToolCall:
     complete: bool = attrs.field(default=True, kw_only=True)
     partial_value: Any = attrs.field(default=None, kw_only=True)
 
+    def to_dict(self) -> dict[str, Any]:
+        """Every field as a JSON-ready dict (NaN and the infinities as ``None``);
+        :meth:`from_dict` reads it back.
+
+        Example:
+            >>> ToolCall("c1", "f", {"n": 1}).to_dict()["arguments"]
+            {'n': 1}
+        """
+        fields = attrs.asdict(self)
+        fields["arguments"] = finite(self.arguments)
+        fields["partial_value"] = finite(self.partial_value)
+        return fields
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ToolCall:
+        """The call :meth:`to_dict` wrote (``id`` and ``name`` required, any other
+        field may be left out).
+
+        Example:
+            >>> call = ToolCall("c1", "f", None, raw_arguments="{oops", error="bad JSON")
+            >>> ToolCall.from_dict(call.to_dict()) == call
+            True
+        """
+        known = {k: v for k, v in data.items() if k in _CALL_FIELDS}
+        return cls(**known)
+
     def arguments_json(self) -> str:
         """The arguments as the JSON string the wire formats carry."""
         if self.raw_arguments is not None and (self.error is not None or self.arguments is None):
@@ -135,6 +161,9 @@ class ToolCall:
             if self.raw_arguments is not None and is_strict_json(self.raw_arguments):
                 return self.raw_arguments  # e.g. 1e400, as the model wrote it
             return strict_dumps(self.arguments, ensure_ascii=False)
+
+
+_CALL_FIELDS: Final = frozenset(f.name for f in attrs.fields(ToolCall))
 
 
 def _tuple_or_none(value: Iterable[ToolCall] | None) -> tuple[ToolCall, ...] | None:
@@ -212,6 +241,64 @@ class ChatMessage:
     def with_source(self, source: MessageSource | None) -> ChatMessage:
         """The same message marked with another source."""
         return attrs.evolve(self, source=source)
+
+    # ------------------------------------------------------------ storage
+
+    def to_dict(self) -> dict[str, Any]:
+        """Every field as a JSON-ready dict, for keeping a history (a file, a
+        database): :meth:`from_dict` gives back an equal message.
+
+        Unlike :meth:`to_openai` nothing is left out: ``source``, ``is_error``
+        and the ``provider_data`` blocks (thinking signatures, encrypted
+        reasoning) a continuation needs. Fields at their default are omitted;
+        NaN and the infinities go as ``None``.
+
+        Example:
+            >>> msg = ChatMessage.tool("sunny", "call_1")
+            >>> msg.to_dict()
+            {'role': 'tool', 'content': 'sunny', 'tool_call_id': 'call_1', 'source': 'tool_result'}
+            >>> ChatMessage.from_dict(json.loads(json.dumps(msg.to_dict()))) == msg
+            True
+        """
+        data: dict[str, Any] = {"role": self.role.value, "content": self.content}
+        if self.name is not None:
+            data["name"] = self.name
+        if self.tool_calls is not None:
+            data["tool_calls"] = [call.to_dict() for call in self.tool_calls]
+        if self.tool_call_id is not None:
+            data["tool_call_id"] = self.tool_call_id
+        if self.source is not None:
+            data["source"] = self.source.value
+        if self.reasoning is not None:
+            data["reasoning"] = self.reasoning
+        if self.provider_data is not None:
+            data["provider_data"] = finite(self.provider_data)
+        if self.is_error:
+            data["is_error"] = True
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ChatMessage:
+        """The message :meth:`to_dict` wrote (``role`` required; keys it does not
+        know are ignored). ``provider_data``'s lists of blocks come back as the
+        tuples rafrx keeps them in.
+        """
+        calls = data.get("tool_calls")
+        source = data.get("source")
+        kept = data.get("provider_data")
+        return cls(
+            MessageRole(data["role"]),
+            data.get("content", ""),
+            name=data.get("name"),
+            tool_calls=None if calls is None else [ToolCall.from_dict(c) for c in calls],
+            tool_call_id=data.get("tool_call_id"),
+            source=None if source is None else MessageSource(source),
+            reasoning=data.get("reasoning"),
+            provider_data=None
+            if kept is None
+            else {k: tuple(v) if isinstance(v, list) else v for k, v in kept.items()},
+            is_error=bool(data.get("is_error", False)),
+        )
 
     # ------------------------------------------------------------ OpenAI wire
 

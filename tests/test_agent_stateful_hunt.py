@@ -65,7 +65,6 @@ from rafrx.messages import (
     ChatMessage,
     MessageRole,
     MessageSource,
-    ToolCall,
     paired,
 )
 from rafrx.response import FinishReason, Usage
@@ -170,40 +169,6 @@ class Context:
 # ================================================================ a JSON history on disk
 
 
-def _to_json(message: ChatMessage) -> dict[str, Any]:
-    return {
-        "role": message.role.value,
-        "content": message.content,
-        "name": message.name,
-        "tool_calls": None
-        if message.tool_calls is None
-        else [attrs.asdict(c) for c in message.tool_calls],
-        "tool_call_id": message.tool_call_id,
-        "source": None if message.source is None else message.source.value,
-        "reasoning": message.reasoning,
-        "provider_data": None if message.provider_data is None else dict(message.provider_data),
-        "is_error": message.is_error,
-    }
-
-
-def _from_json(data: dict[str, Any]) -> ChatMessage:
-    calls = data["tool_calls"]
-    kept = data["provider_data"]
-    return ChatMessage(
-        MessageRole(data["role"]),
-        data["content"],
-        name=data["name"],
-        tool_calls=None if calls is None else [ToolCall(**c) for c in calls],
-        tool_call_id=data["tool_call_id"],
-        source=None if data["source"] is None else MessageSource(data["source"]),
-        reasoning=data["reasoning"],
-        provider_data=None
-        if kept is None
-        else {k: tuple(v) if isinstance(v, list) else v for k, v in kept.items()},
-        is_error=data["is_error"],
-    )
-
-
 class JsonFileHistory:
     """A history provider on a JSON-lines file, one message a line, every field."""
 
@@ -215,7 +180,7 @@ class JsonFileHistory:
         if not self.path.exists():
             return []
         return [
-            _from_json(json.loads(line)).with_source(MessageSource.CHAT_HISTORY)
+            ChatMessage.from_dict(json.loads(line)).with_source(MessageSource.CHAT_HISTORY)
             for line in self.path.read_text(encoding="utf-8").splitlines()
             if line.strip()
         ]
@@ -224,7 +189,7 @@ class JsonFileHistory:
         for m in messages:
             if is_new(m):
                 with self.path.open("a", encoding="utf-8") as file:
-                    file.write(json.dumps(_to_json(m), ensure_ascii=False) + "\n")
+                    file.write(json.dumps(m.to_dict(), ensure_ascii=False) + "\n")
                 if self.delay:
                     await asyncio.sleep(self.delay)
 

@@ -206,41 +206,6 @@ def chat_pairs(messages: list[dict[str, Any]]) -> None:
 # ---------------------------------------------------------------- a JSON history on disk
 
 
-def _to_json(message: ChatMessage) -> dict[str, Any]:
-    return {
-        "role": message.role.value,
-        "content": message.content,
-        "name": message.name,
-        "tool_calls": None
-        if message.tool_calls is None
-        else [attrs.asdict(c) for c in message.tool_calls],
-        "tool_call_id": message.tool_call_id,
-        "source": None if message.source is None else message.source.value,
-        "reasoning": message.reasoning,
-        "provider_data": None if message.provider_data is None else dict(message.provider_data),
-        "is_error": message.is_error,
-    }
-
-
-def _from_json(data: dict[str, Any]) -> ChatMessage:
-    calls = data["tool_calls"]
-    kept = data["provider_data"]
-    return ChatMessage(
-        MessageRole(data["role"]),
-        data["content"],
-        name=data["name"],
-        tool_calls=None if calls is None else [ToolCall(**c) for c in calls],
-        tool_call_id=data["tool_call_id"],
-        source=None if data["source"] is None else MessageSource(data["source"]),
-        reasoning=data["reasoning"],
-        # (rafrx keeps each key's blocks as a tuple: JSON gives a list back)
-        provider_data=None
-        if kept is None
-        else {k: tuple(v) if isinstance(v, list) else v for k, v in kept.items()},
-        is_error=data["is_error"],
-    )
-
-
 class JsonFileHistoryProvider:
     """A :class:`~rafrx.history.HistoryProvider` keeping the conversation in a JSON-lines
     file, one message a line, every field of it (what a user writes for a database)."""
@@ -253,7 +218,7 @@ class JsonFileHistoryProvider:
             return []
         lines = self.path.read_text(encoding="utf-8").splitlines()
         return [
-            _from_json(json.loads(line)).with_source(MessageSource.CHAT_HISTORY)
+            ChatMessage.from_dict(json.loads(line)).with_source(MessageSource.CHAT_HISTORY)
             for line in lines
             if line.strip()
         ]
@@ -262,7 +227,7 @@ class JsonFileHistoryProvider:
         with self.path.open("a", encoding="utf-8") as file:
             for m in messages:
                 if is_new(m):
-                    file.write(json.dumps(_to_json(m), ensure_ascii=False) + "\n")
+                    file.write(json.dumps(m.to_dict(), ensure_ascii=False) + "\n")
 
 
 class JsonFileHistoryProviderInMemory:
@@ -272,10 +237,10 @@ class JsonFileHistoryProviderInMemory:
         self.lines: list[str] = []
 
     async def load(self) -> list[ChatMessage]:
-        return [_from_json(json.loads(line)) for line in self.lines]
+        return [ChatMessage.from_dict(json.loads(line)) for line in self.lines]
 
     async def save(self, messages: Sequence[ChatMessage]) -> None:
-        self.lines += [json.dumps(_to_json(m), ensure_ascii=False) for m in messages]
+        self.lines += [json.dumps(m.to_dict(), ensure_ascii=False) for m in messages]
 
 
 @pytest.fixture(params=["memory", "json-file"])
