@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any, final
 
 import attrs
 
-from rafrx._finite import finite
 from rafrx._slot_init import slot_init
 
 if TYPE_CHECKING:
@@ -210,7 +209,7 @@ class AgentResponse:
             "model": self.model,
             "text": self.text,
             "reasoning_text": self.reasoning_text,
-            "tool_calls": [_call_dict(c) for c in self.tool_calls],
+            "tool_calls": [c.to_dict() for c in self.tool_calls],
             "tool_messages": [m.to_openai() for m in self.tool_messages],
             "turn_transcript": [m.to_openai() for m in self.turn_transcript],
             "finish_reason": None if self.finish_reason is None else str(self.finish_reason),
@@ -218,11 +217,3 @@ class AgentResponse:
             "source_agent_id": self.source_agent_id,
             "interrupted": self.interrupted,
         }
-
-
-def _call_dict(call: ToolCall) -> dict[str, Any]:
-    """``call`` as a JSON-ready dict (NaN and the infinities as ``None``)."""
-    fields = attrs.asdict(call)
-    fields["arguments"] = finite(call.arguments)
-    fields["partial_value"] = finite(call.partial_value)
-    return fields
