@@ -26,14 +26,45 @@ __all__ = ["finite", "is_strict_json", "strict_dumps"]
 
 def finite(value: Any) -> Any:
     """``value`` with each NaN or infinity in it made ``None`` (mappings and
-    sequences copied as dicts and lists; anything else as it is)."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, Mapping):
-        return {k: finite(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [finite(v) for v in value]
-    return value
+    sequences copied as dicts and lists; anything else as it is).
+
+    Any depth the parser reads is copied (the walk keeps its own stack, not
+    Python's); a container inside itself raises ``ValueError``, as in ``json``.
+    """
+    if not isinstance(value, _CONTAINERS):
+        return _number(value)
+    root = _shell(value)
+    path: set[int] = set()  # the containers being copied: a cycle comes back to one
+    stack: list[tuple[Any, Any] | int] = [(value, root)]
+    while stack:
+        entry = stack.pop()
+        if isinstance(entry, int):  # all below this container is copied
+            path.discard(entry)
+            continue
+        source, target = entry
+        if id(source) in path:
+            raise ValueError("Circular reference detected")
+        path.add(id(source))
+        stack.append(id(source))
+        for key, item in source.items() if isinstance(source, Mapping) else enumerate(source):
+            if isinstance(item, _CONTAINERS):
+                target[key] = child = _shell(item)
+                stack.append((item, child))
+            else:
+                target[key] = _number(item)
+    return root
+
+
+_CONTAINERS = (Mapping, list, tuple)
+
+
+def _number(value: Any) -> Any:
+    return None if isinstance(value, float) and not math.isfinite(value) else value
+
+
+def _shell(container: Any) -> dict[Any, Any] | list[Any]:
+    """An empty copy of ``container`` to fill in: a dict, or a list of its length."""
+    return {} if isinstance(container, Mapping) else [None] * len(container)
 
 
 def strict_dumps(value: Any, **options: Any) -> str:

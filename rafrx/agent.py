@@ -39,7 +39,7 @@ import asyncio
 import logging
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from typing import Any, Protocol, TypeAlias, cast
+from typing import Any, Protocol, TypeAlias
 
 from reactivex import Observable, abc
 from reactivex.disposable import Disposable
@@ -62,7 +62,7 @@ from rafrx.operators._execute_tools import Approver, clip
 from rafrx.response import AgentResponse, AgentResponseResult, FinishReason
 from rafrx.tools import Tool, as_tool
 from rafrx.typing import Operator
-from rafrx.updates import AgentResponseUpdate
+from rafrx.updates import Update
 
 __all__ = ["Agent", "ChatClient", "ServerTool"]
 
@@ -91,10 +91,11 @@ class ChatClient(Protocol):
     """What an :class:`Agent` needs from a client: one cold stream per LLM call."""
 
     def stream(
-        self, messages: Sequence[ChatMessage], tools: Sequence[Tool] | None = None
-    ) -> Observable[AgentResponseUpdate]:
-        """The updates of one LLM call over ``messages``, offering ``tools`` (with the
-        :data:`ServerTool` mappings an agent was given, which rafrx's clients take)."""
+        self, messages: Sequence[ChatMessage], tools: Sequence[Tool | ServerTool] | None = None
+    ) -> Observable[Update]:
+        """The updates of one LLM call over ``messages``, offering ``tools``: each a
+        :class:`Tool` or a :data:`ServerTool` mapping (server tools the agent was given,
+        which rafrx's clients send as they are)."""
         ...
 
 
@@ -220,7 +221,7 @@ class Agent:
         if max_steps < 1:
             raise ValueError(f"max_steps must be at least 1, got {max_steps}")
         self.client = client
-        self.tools: tuple[Tool | ServerTool, ...] = tuple(_offered(t) for t in tools)
+        self.tools = tools
         self.instructions = instructions
         self.history = history
         self.context_providers: tuple[ContextProvider, ...] = tuple(context_providers)
@@ -234,6 +235,16 @@ class Agent:
         self._saving: set[asyncio.Future[None]] = set()  # history saves running
         self._turns: set[_Turn] = set()  # turns running (not yet ended nor stopped)
         self._executor()  # validates the tool table (duplicate names, concurrency) up front
+
+    @property
+    def tools(self) -> tuple[Tool | ServerTool, ...]:
+        """The tools offered: each a :class:`Tool` (functions given are made tools)
+        or a :data:`ServerTool` mapping; assign any iterable the constructor takes."""
+        return self._tools
+
+    @tools.setter
+    def tools(self, tools: Iterable[Tool | Callable[..., Any] | ServerTool]) -> None:
+        self._tools = tuple(_offered(t) for t in tools)
 
     def _executor(self) -> Operator[AgentResponseResult, AgentResponseResult]:
         """``execute_tools`` over the agent's tools and approver as they are now."""
@@ -376,7 +387,12 @@ def _stop(turn: _Turn, task: asyncio.Task[None]) -> None:
     """Stop a turn at once: its current step's request and tools first (nothing more
     starts, no approver is asked), then the task (which wakes later)."""
     turn.stop()
-    call_on(task.get_loop(), task.cancel)  # (disposing may come from another thread)
+    loop = task.get_loop()
+    if loop.is_closed():  # (the task can never run again: let it go)
+        _RUNNING.discard(task)
+        turn.agent._turns.discard(turn)
+        return
+    call_on(loop, task.cancel)  # (disposing may come from another thread)
 
 
 class _Turn:
@@ -508,9 +524,7 @@ class _Turn:
             except Exception as exc:  # a downstream callback failed: end the turn with it
                 done.set_exception(exc)
 
-        tools = tuple(_offered(t) for t in agent.tools)  # (assigned ones may be plain functions)
-        # (Typed as Tools for the clients users write: a ServerTool only if they gave one.)
-        source = agent.client.stream(tuple(messages), cast("tuple[Tool, ...]", tools) or None)
+        source = agent.client.stream(tuple(messages), agent.tools or None)
         results = source.pipe(convert(eager=agent.eager_tools), agent._executor())
         subscription = results.subscribe(on_next, done.set_exception, lambda: done.set_result(None))
         self.current = subscription

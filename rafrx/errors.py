@@ -176,6 +176,8 @@ class HTTPStatusError(RafrxError):
             ``request-id``), what the providers' support asks for.
     """
 
+    status: int  # always set: an HTTP error has its status
+
     def __init__(
         self,
         status: int,

@@ -133,7 +133,7 @@ class ToolCall:
             >>> ToolCall("c1", "f", {"n": 1}).to_dict()["arguments"]
             {'n': 1}
         """
-        fields = attrs.asdict(self)
+        fields = {name: getattr(self, name) for name in _CALL_FIELDS}
         fields["arguments"] = finite(self.arguments)
         fields["partial_value"] = finite(self.partial_value)
         return fields
@@ -141,14 +141,14 @@ class ToolCall:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ToolCall:
         """The call :meth:`to_dict` wrote (``id`` and ``name`` required, any other
-        field may be left out).
+        field may be left out; the values are copied, not shared with ``data``).
 
         Example:
             >>> call = ToolCall("c1", "f", None, raw_arguments="{oops", error="bad JSON")
             >>> ToolCall.from_dict(call.to_dict()) == call
             True
         """
-        known = {k: v for k, v in data.items() if k in _CALL_FIELDS}
+        known = {k: finite(v) for k, v in data.items() if k in _CALL_FIELDS}
         return cls(**known)
 
     def arguments_json(self) -> str:
@@ -163,7 +163,11 @@ class ToolCall:
             return strict_dumps(self.arguments, ensure_ascii=False)
 
 
-_CALL_FIELDS: Final = frozenset(f.name for f in attrs.fields(ToolCall))
+_CALL_FIELDS: Final = tuple(f.name for f in attrs.fields(ToolCall))
+
+
+def _source_or_none(value: MessageSource | str | None) -> MessageSource | None:
+    return None if value is None else MessageSource(value)
 
 
 def _tuple_or_none(value: Iterable[ToolCall] | None) -> tuple[ToolCall, ...] | None:
@@ -197,7 +201,7 @@ class ChatMessage:
     name: str | None = None
     tool_calls: tuple[ToolCall, ...] | None = attrs.field(default=None, converter=_tuple_or_none)
     tool_call_id: str | None = None
-    source: MessageSource | None = None
+    source: MessageSource | None = attrs.field(default=None, converter=_source_or_none)
     reasoning: str | None = attrs.field(default=None, kw_only=True)
     provider_data: Mapping[str, Any] | None = attrs.field(default=None, kw_only=True)
     is_error: bool = attrs.field(default=False, kw_only=True)
@@ -280,8 +284,8 @@ class ChatMessage:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ChatMessage:
         """The message :meth:`to_dict` wrote (``role`` required; keys it does not
-        know are ignored). ``provider_data``'s lists of blocks come back as the
-        tuples rafrx keeps them in.
+        know are ignored; the values are copied, not shared with ``data``).
+        ``provider_data``'s lists of blocks come back as the tuples rafrx keeps them in.
         """
         calls = data.get("tool_calls")
         source = data.get("source")
@@ -296,7 +300,7 @@ class ChatMessage:
             reasoning=data.get("reasoning"),
             provider_data=None
             if kept is None
-            else {k: tuple(v) if isinstance(v, list) else v for k, v in kept.items()},
+            else {k: tuple(v) if isinstance(v, list) else v for k, v in finite(kept).items()},
             is_error=bool(data.get("is_error", False)),
         )
 
@@ -506,8 +510,8 @@ def with_call_ids(messages: Iterable[ChatMessage]) -> list[ChatMessage]:
         ...         "function_call": {"name": "now", "arguments": "{}"}}),
         ...     ChatMessage.from_openai({"role": "function", "name": "now", "content": "12:00"}),
         ... ])
-        >>> messages[0].tool_calls[0].id, messages[1].tool_call_id
-        ('function_call_0', 'function_call_0')
+        >>> [c.id for c in messages[0].tool_calls or ()], messages[1].tool_call_id
+        (['function_call_0'], 'function_call_0')
     """
     messages = list(messages)
     fresh = _fresh_ids({c.id for m in messages for c in m.tool_calls or () if c.id})

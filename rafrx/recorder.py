@@ -353,10 +353,11 @@ def record(
 
     Example:
         >>> import reactivex, tempfile
+        >>> from reactivex import operators as rx
         >>> path = Path(tempfile.mkdtemp()) / "turn.jsonl"
         >>> turn = [updates.TextDelta("key sk-"), updates.TextDelta("abcdefghijklmnopqrst")]
         >>> _ = record(reactivex.from_iterable(turn), path).run()
-        >>> replay(path).pipe(reactivex.operators.to_list()).run()  # a key split in two
+        >>> replay(path).pipe(rx.to_list()).run()  # a key split in two
         [TextDelta(delta='key [REDACTED]'), TextDelta(delta='')]
     """
     target = Path(path)

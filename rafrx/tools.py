@@ -61,9 +61,10 @@ import functools
 import inspect
 import re
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Final, final, overload
+from typing import Any, Final, Generic, final, overload
 
 import attrs
+from typing_extensions import ParamSpec, TypeVar
 
 from rafrx._call import call_function, is_async
 from rafrx._cycles import without_frames
@@ -123,9 +124,13 @@ def _positive(instance: Any, attribute: Any, value: float | None) -> None:
         raise ValueError(f"timeout must be positive, got {value}")
 
 
+P = ParamSpec("P", default=...)
+R = TypeVar("R", default=Any)
+
+
 @final
 @attrs.frozen
-class Tool:
+class Tool(Generic[P, R]):
     """A function the model can call.
 
     Build one with :func:`tool`, or by hand for a function taking keyword
@@ -155,7 +160,7 @@ class Tool:
     name: str = attrs.field(validator=_valid_name)
     description: str
     parameters: Mapping[str, Any] = attrs.field(hash=False)
-    fn: Callable[..., Any] = attrs.field(repr=False)
+    fn: Callable[P, R] = attrs.field(repr=False)
     requires_approval: bool = False
     timeout: float | None = attrs.field(default=None, validator=_positive)
     strict: bool = False
@@ -168,11 +173,11 @@ class Tool:
         if self.strict:
             self.strict_parameters  # noqa: B018 - a TypeError now, not a 400 from the API later
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        """Call the function directly, as if it were not decorated."""
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        """Call the function directly, as if it were not decorated (with its types)."""
         return self.fn(*args, **kwargs)
 
-    def __get__(self, instance: Any, owner: type | None = None) -> Tool:
+    def __get__(self, instance: Any, owner: type | None = None) -> Tool[..., R]:
         """A ``@tool`` method read from an instance: the tool of the bound method
         (``self`` never is a parameter the model sees)."""
         if not self._method or instance is None:
@@ -344,11 +349,11 @@ def _is_method(fn: Callable[..., Any]) -> bool:
 
 
 def _make_tool(
-    fn: Callable[..., Any],
+    fn: Callable[P, R],
     name: str | None,
     description: str | None,
     **options: Any,
-) -> Tool:
+) -> Tool[P, R]:
     described = fn  # what has the name and docstring: a partial's function
     while isinstance(described, functools.partial):
         described = described.func
@@ -358,7 +363,8 @@ def _make_tool(
     summary, docs = parse_docstring(doc)
     method = _is_method(fn)
     # A method's ``self`` is bound when the tool is read from an instance (Tool.__get__).
-    schema, binder = function_schema(functools.partial(fn, None) if method else fn, docs)
+    loose: Callable[..., Any] = fn
+    schema, binder = function_schema(functools.partial(loose, None) if method else fn, docs)
     return Tool(
         name or str(getattr(described, "__name__", type(described).__name__)),
         summary if description is None else description,
@@ -372,7 +378,7 @@ def _make_tool(
 
 @overload
 def tool(
-    fn: Callable[..., Any],
+    fn: Callable[P, R],
     /,
     *,
     name: str | None = None,
@@ -380,7 +386,7 @@ def tool(
     requires_approval: bool = False,
     timeout: float | None = None,
     strict: bool = False,
-) -> Tool: ...
+) -> Tool[P, R]: ...
 
 
 @overload
@@ -391,7 +397,7 @@ def tool(
     requires_approval: bool = False,
     timeout: float | None = None,
     strict: bool = False,
-) -> Callable[[Callable[..., Any]], Tool]: ...
+) -> Callable[[Callable[P, R]], Tool[P, R]]: ...
 
 
 def tool(
@@ -403,7 +409,7 @@ def tool(
     requires_approval: bool = False,
     timeout: float | None = None,
     strict: bool = False,
-) -> Tool | Callable[[Callable[..., Any]], Tool]:
+) -> Tool[..., Any] | Callable[[Callable[..., Any]], Tool[..., Any]]:
     """Make a :class:`Tool` of a sync or async function; use bare or with options.
 
     Args:

@@ -40,15 +40,30 @@ __all__ = [
     "ToolCallEnd",
     "ToolCallStart",
     "ToolCalled",
+    "Update",
     "Uri",
     "Usage",
 ]
 
 
+class Update:
+    """The base class of the 13 update variants: what the operators that read
+    updates take (a list mixing variants is a ``list[Update]`` to a type checker).
+
+    Match over :data:`AgentResponseUpdate`, the closed union, to handle each.
+
+    Example:
+        >>> isinstance(TextDelta("Hi"), Update)
+        True
+    """
+
+    __slots__ = ()
+
+
 @final
 @slot_init
 @attrs.frozen
-class TextDelta:
+class TextDelta(Update):
     """A piece of assistant text."""
 
     delta: str
@@ -57,7 +72,7 @@ class TextDelta:
 @final
 @slot_init
 @attrs.frozen
-class ReasoningDelta:
+class ReasoningDelta(Update):
     """A piece of reasoning text (DeepSeek ``reasoning_content``, Anthropic thinking).
 
     ``provider_data`` carries an opaque block the provider needs back in the
@@ -71,7 +86,7 @@ class ReasoningDelta:
 @final
 @slot_init
 @attrs.frozen
-class ToolCallDelta:
+class ToolCallDelta(Update):
     """A legacy (OpenAI chat) flat tool-call delta, keyed by ``index``.
 
     ``split_legacy_delta()`` turns these into Start/Args/End updates (and
@@ -88,7 +103,7 @@ class ToolCallDelta:
 @final
 @slot_init
 @attrs.frozen
-class ToolCallStart:
+class ToolCallStart(Update):
     """A tool call began."""
 
     id: str
@@ -98,7 +113,7 @@ class ToolCallStart:
 @final
 @slot_init
 @attrs.frozen
-class ToolCallArgs:
+class ToolCallArgs(Update):
     """A fragment of a call's JSON arguments."""
 
     id: str
@@ -108,7 +123,7 @@ class ToolCallArgs:
 @final
 @slot_init
 @attrs.frozen
-class ToolCallEnd:
+class ToolCallEnd(Update):
     """A call's arguments are complete."""
 
     id: str
@@ -122,7 +137,7 @@ def _exclusive(instance: ToolCalled, attribute: Any, value: Any) -> None:
 @final
 @slot_init
 @attrs.frozen
-class ToolCalled:
+class ToolCalled(Update):
     """A tool ran (reported by a provider that executes tools server-side).
 
     It has a ``result`` or an ``error``, like the :class:`~rafrx.content.ToolCalledContent`
@@ -143,7 +158,7 @@ class ToolCalled:
 @final
 @slot_init
 @attrs.frozen
-class ToolApprovalRequest:
+class ToolApprovalRequest(Update):
     """The provider asks for approval before it runs a tool."""
 
     call_id: str
@@ -155,7 +170,7 @@ class ToolApprovalRequest:
 @final
 @slot_init
 @attrs.frozen
-class Usage:
+class Usage(Update):
     """Token usage of the current LLM call."""
 
     usage: _response.Usage
@@ -164,7 +179,7 @@ class Usage:
 @final
 @slot_init
 @attrs.frozen
-class Finish:
+class Finish(Update):
     """The LLM call finished."""
 
     finish_reason: FinishReason
@@ -174,7 +189,7 @@ class Finish:
 @final
 @slot_init
 @attrs.frozen
-class Error:
+class Error(Update):
     """The provider reported an error in the stream (ends the stream)."""
 
     message: str
@@ -184,7 +199,7 @@ class Error:
 @final
 @slot_init
 @attrs.frozen
-class ResponseMetadata:
+class ResponseMetadata(Update):
     """The response id and model, as soon as the provider tells them."""
 
     id: str | None = None
@@ -194,7 +209,7 @@ class ResponseMetadata:
 @final
 @slot_init
 @attrs.frozen
-class Uri:
+class Uri(Update):
     """A citation, annotation or generated file."""
 
     uri: str

@@ -949,6 +949,7 @@ from reactivex.subject import Subject
 
 import rafrx
 from rafrx import updates
+from rafrx.agent import ServerTool
 
 
 @rafrx.tool
@@ -989,7 +990,9 @@ class ListHistory:
 
 class Scripted:
     def stream(
-        self, messages: Sequence[rafrx.ChatMessage], tools: Sequence[rafrx.Tool] | None = None
+        self,
+        messages: Sequence[rafrx.ChatMessage],
+        tools: Sequence[rafrx.Tool | ServerTool] | None = None,
     ) -> Observable[rafrx.AgentResponseUpdate]:
         items: list[rafrx.AgentResponseUpdate] = [
             updates.TextDelta("hi"), updates.Finish(rafrx.FinishReason.STOP)

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from rafrx.operators._execute_tools import Approver
     from rafrx.response import AgentResponse, AgentResponseResult
     from rafrx.tools import Tool
-    from rafrx.updates import AgentResponseUpdate
+    from rafrx.updates import AgentResponseUpdate, Update
 
 __all__ = [
     "accumulate_tool_calls",
@@ -45,7 +45,7 @@ __all__ = [
 ]
 
 
-def split_legacy_delta() -> Operator[AgentResponseUpdate, AgentResponseUpdate]:
+def split_legacy_delta() -> Operator[Update, AgentResponseUpdate]:
     """Split flat ``ToolCallDelta`` updates into ``ToolCallStart/Args/End``.
 
     Each wire index becomes one call: ``ToolCallStart`` as soon as it has a
@@ -81,7 +81,7 @@ def split_legacy_delta() -> Operator[AgentResponseUpdate, AgentResponseUpdate]:
 
 def accumulate_tool_calls(
     max_argument_chars: int = 64 * 1024 * 1024,
-) -> Operator[AgentResponseUpdate, AgentResponseResult]:
+) -> Operator[Update, AgentResponseResult]:
     """Turn updates into :class:`~rafrx.AgentResponseResult` chunks, one per update.
 
     Tracks each tool call by ``call_id`` (parallel and interleaved calls stay
@@ -186,7 +186,7 @@ def flush_tool_calls(eager: bool = False) -> Operator[AgentResponseResult, Agent
 
 def convert(
     eager: bool = False, max_argument_chars: int = 64 * 1024 * 1024
-) -> Operator[AgentResponseUpdate, AgentResponseResult]:
+) -> Operator[Update, AgentResponseResult]:
     """The four converter operators composed, for one LLM call.
 
     ``convert()`` behaves exactly like ``pipe(split_legacy_delta(),

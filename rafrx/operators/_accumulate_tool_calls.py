@@ -118,7 +118,7 @@ class ToolCallAccumulator:
         """The result for ``update`` (what :meth:`step` returns, without the match)."""
         return self.result((reasoning_content(update.delta, self._meta, update.provider_data),))
 
-    def step(self, update: u.AgentResponseUpdate) -> Sequence[AgentResponseResult]:
+    def step(self, update: u.Update) -> Sequence[AgentResponseResult]:
         meta = self._meta
         match update:
             case u.TextDelta(delta):
@@ -182,6 +182,6 @@ class ToolCallAccumulator:
 
 def accumulate_tool_calls(
     max_argument_chars: int = DEFAULT_MAX_ARGUMENT_CHARS,
-) -> Operator[u.AgentResponseUpdate, AgentResponseResult]:
+) -> Operator[u.Update, AgentResponseResult]:
     """See :func:`rafrx.operators.accumulate_tool_calls`."""
     return reducer_operator(lambda: ToolCallAccumulator(max_argument_chars))

@@ -127,13 +127,13 @@ class Converter:
         self._accumulate = ToolCallAccumulator(max_argument_chars)
         self._parse = ArgsStreamParser()
         self._flush = ToolCallFlusher(eager)
-        self._chain: Chain[u.AgentResponseUpdate, AgentResponseResult] = Chain(
+        self._chain: Chain[u.Update, AgentResponseResult] = Chain(
             self._split, self._accumulate, self._parse, self._flush
         )
         self._by_id: dict[str, _ArgumentRun] = {}  # ToolCallArgs runs, by call id
         self._by_index: dict[int, _ArgumentRun] = {}  # ToolCallDelta runs, by wire index
 
-    def step(self, update: u.AgentResponseUpdate) -> Sequence[AgentResponseResult]:
+    def step(self, update: u.Update) -> Sequence[AgentResponseResult]:
         if type(update) is u.ToolCallDelta:
             run = self._by_index.get(update.index)
             if (

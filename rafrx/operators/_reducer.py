@@ -300,8 +300,10 @@ class ReducedObservable(_DirectPipe[B]):
 
         Raises:
             RuntimeError: Called in a running event loop's thread (a Jupyter cell,
-                a coroutine) on a stream that needs that loop (an HTTP stream),
-                which Rx's ``run`` would wait for forever: await it instead.
+                a coroutine) on a stream that does not end during the call: it may
+                need that loop (an HTTP stream), which Rx's ``run`` would wait for
+                forever, so it is refused even when another thread or a timer
+                drives it. Await it instead.
             Exception: The error the stream ended with.
             SequenceContainsNoElementsError: The stream completed empty.
         """
@@ -335,7 +337,7 @@ class ReducedObservable(_DirectPipe[B]):
         """Subscribe ``observer``; ``at_once``: drive a :class:`SyncSource` during the call."""
         reducer = self.factory()
         stopped = False
-        raised = False  # the observer's on_next raised: the source may bring that back
+        raised: Exception | None = None  # what observer.on_next raised: the source may send it
         upstream = SingleAssignmentDisposable()
 
         def stop() -> None:
@@ -354,16 +356,16 @@ class ReducedObservable(_DirectPipe[B]):
             for out in outputs:
                 try:
                     observer.on_next(out)
-                except Exception:
+                except Exception as exc:
                     nonlocal raised
-                    raised = True
+                    raised = exc
                     raise
 
         def on_error(error: Exception) -> None:
             if stopped:
                 return
             stop()
-            if raised:  # the subscriber's own error, reported by the source: nothing else
+            if error is raised:  # the subscriber's own, reported by the source: nothing else
                 observer.on_error(error)
                 return
             try:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Sequence
+from typing import cast
 
 from rafrx.errors import ProtocolError
 from rafrx.operators._reducer import reducer_operator
@@ -17,6 +18,7 @@ from rafrx.updates import (
     ToolCallDelta,
     ToolCallEnd,
     ToolCallStart,
+    Update,
 )
 
 __all__ = ["LegacyDeltaSplitter", "new_call_id", "split_legacy_delta"]
@@ -132,7 +134,7 @@ class LegacyDeltaSplitter:
         self._open: list[_Slot] = []  # started calls, in start order
         self._ids: set[str] = set()  # the ids of the calls started in this response
 
-    def step(self, update: AgentResponseUpdate) -> Sequence[AgentResponseUpdate]:
+    def step(self, update: Update) -> Sequence[AgentResponseUpdate]:
         if type(update) is ToolCallDelta:
             return self._delta(update)
         if type(update) is Finish:
@@ -142,7 +144,7 @@ class LegacyDeltaSplitter:
         if type(update) is ReasoningDelta and update.provider_data is not None:
             named = self.named_extra(update)
             return () if named is None else (named,)
-        return (update,)
+        return (cast("AgentResponseUpdate", update),)  # (every variant is final: one of them)
 
     def named_extra(self, update: ReasoningDelta) -> ReasoningDelta | None:
         """``update``, a call's extra block that names it by wire index (Gemini's
@@ -255,6 +257,6 @@ class LegacyDeltaSplitter:
         return out
 
 
-def split_legacy_delta() -> Operator[AgentResponseUpdate, AgentResponseUpdate]:
+def split_legacy_delta() -> Operator[Update, AgentResponseUpdate]:
     """See :func:`rafrx.operators.split_legacy_delta`."""
     return reducer_operator(LegacyDeltaSplitter)

@@ -17,7 +17,7 @@ Example:
     ...         b'"delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 1}}\\n\\n'
     ...         b'event: message_stop\\ndata: {"type": "message_stop"}\\n\\n')
     >>> response = from_sse(body, "anthropic").pipe(ops.convert(), ops.aggregate()).run()
-    >>> response.text, response.id, response.usage.total_tokens
+    >>> response.text, response.id, response.usage and response.usage.total_tokens
     ('Hi', 'msg_1', 4)
 """
 

@@ -11,6 +11,7 @@ import reactivex
 from reactivex import Observable, abc
 from reactivex.disposable import Disposable
 
+from rafrx._call import call_on
 from rafrx.operators._reducer import SyncSource
 from rafrx.sources._decoder import UpdateDecoder
 from rafrx.sources.dialects import DIALECTS, DialectFactory, get_dialect
@@ -215,15 +216,11 @@ def _from_async(chunks: AsyncIterable[bytes], make: Any) -> Observable[AgentResp
         def dispose() -> None:
             nonlocal disposed
             disposed = True
-            if task.done():
-                return
-            try:
-                running = asyncio.get_running_loop()
-            except RuntimeError:
-                running = None
-            if running is not loop:  # another thread
-                loop.call_soon_threadsafe(task.cancel)
-            elif task is not asyncio.current_task():
+            if not task.done():
+                call_on(loop, cancel)  # (from another thread too; a closed loop: nothing)
+
+        def cancel() -> None:
+            if task is not asyncio.current_task():
                 task.cancel()
             # else a subscriber of this very task disposed from on_next: the reader stops
             # at its next check, and the body closes without being cancelled.

@@ -48,6 +48,7 @@ import reactivex
 from aiohttp.http_exceptions import (
     ContentLengthError,
     HttpProcessingError,
+    PayloadEncodingError,
     TransferEncodingError,
 )
 from multidict import CIMultiDictProxy
@@ -90,6 +91,9 @@ __all__ = [
 MAX_ERROR_BODY: Final = 64 * 1024
 #: Bytes of a wrong-content-type body kept as the error's snippet.
 MAX_SNIPPET: Final = 2048
+#: Seconds a call waits, after its terminal marker, for the body's end (so that
+#: its connection can be reused) before it closes the connection and completes.
+BODY_END_WAIT: Final = 0.1
 
 
 def _optional_positive(instance: Any, attribute: Any, value: float | None) -> None:
@@ -507,6 +511,14 @@ def stream_updates(
     return reactivex.create(subscribe)
 
 
+def _current_task() -> asyncio.Task[Any] | None:
+    """The running task, or ``None`` outside a running loop (a sync caller)."""
+    try:
+        return asyncio.current_task()
+    except RuntimeError:
+        return None
+
+
 class _SubscriberFailed(Exception):
     """The observer's ``on_next`` raised: report it, never retry."""
 
@@ -575,8 +587,11 @@ class _StreamCall:
         )
 
     def dispose(self) -> None:
+        if self.loop.is_closed():  # (nothing runs there any more: nothing to stop)
+            self.stopped = True
+            return
         if threading.get_ident() != self.thread:
-            if not self.loop.is_closed():  # (a closed loop ran the call to its end)
+            with contextlib.suppress(RuntimeError):  # (it closed meanwhile)
                 self.loop.call_soon_threadsafe(self.dispose)
             return
         if self.stopped:
@@ -584,7 +599,7 @@ class _StreamCall:
         self.stopped = True
         self._close()
         task = self.task
-        if task is not None and not task.done() and task is not asyncio.current_task():
+        if task is not None and not task.done() and task is not _current_task():
             task.cancel()
 
     def _close(self) -> None:
@@ -720,9 +735,27 @@ class _StreamCall:
         if self.stopped:
             return
         tail = decoder.close()
-        self._release()
         self._deliver(tail)
+        if decoder.done:
+            await self._finish_body(response)
+        else:
+            self._release()  # (the body's end: the connection goes back to the pool)
         self._end()
+
+    async def _finish_body(self, response: aiohttp.ClientResponse) -> None:
+        """After the terminal marker, everything is delivered: wait a moment for
+        the body's own end (a server often sends its last chunk a little later),
+        so that the connection can serve the next call. Anything else, or
+        nothing within ``BODY_END_WAIT``, closes the connection instead."""
+        try:
+            async with asyncio.timeout(BODY_END_WAIT):
+                rest = await response.content.readany()
+        except (TimeoutError, aiohttp.ClientError, OSError, HttpProcessingError):
+            rest = b"?"
+        if rest:
+            self._close()
+        else:
+            self._release()
 
     async def _send(self) -> aiohttp.ClientResponse:
         request, timeouts = self.request, self.timeouts
@@ -953,6 +986,8 @@ def _why_broken(exc: BaseException) -> str:
         return "the body ended before its Content-Length"
     if isinstance(cause, TransferEncodingError):
         return "the chunked body ended before its last chunk"
+    if isinstance(cause, PayloadEncodingError) or isinstance(exc, PayloadEncodingError):
+        return "the compressed body could not be decoded"
     if isinstance(exc, aiohttp.ClientPayloadError):  # (its words, without a repr it quotes)
         return re.split(r"[:.] <", str(exc), maxsplit=1)[0] or "the response body was cut short"
     if isinstance(exc, aiohttp.ServerDisconnectedError):

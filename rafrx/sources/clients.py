@@ -463,7 +463,9 @@ class LLMClient(abc.ABC):
         }
         secrets = (*url_secrets(self.url), *_header_secrets(self._extra_headers))
         if self._api_key is not None:
-            headers.update(self._auth_headers(self._api_key.value))
+            named = {name.lower() for name in self._extra_headers}  # (the caller's win)
+            auth = self._auth_headers(self._api_key.value).items()
+            headers.update((name, value) for name, value in auth if name.lower() not in named)
             secrets = (*secrets, self._api_key.value)
         request = HTTPRequest(
             self.url,
@@ -570,10 +572,10 @@ def _endpoint(base_url: str, endpoint: str, *, versioned_prefix: bool = False) -
         raise ValueError(f"base_url must be an absolute URL, got {_shown_url(base_url)!r}")
     if url.scheme not in ("http", "https"):
         raise ValueError(f"base_url must be an http or https URL, got {_shown_url(base_url)!r}")
-    prefix = url.path.rstrip("/")
+    prefix = url.raw_path.rstrip("/")  # (encoded: a gateway's "a%2Fb" stays one segment)
     if not prefix or (versioned_prefix and not prefix.endswith("/v1")):
         prefix += "/v1"
-    return url.with_path(f"{prefix}/{endpoint}", keep_query=True)
+    return url.with_path(f"{prefix}/{endpoint}", keep_query=True, encoded=True)
 
 
 class OpenAIChatClient(LLMClient):
@@ -607,9 +609,28 @@ class OpenAIChatClient(LLMClient):
         model: str | None = None,
         *,
         reasoning_field: str | None = "reasoning_content",
-        **kwargs: Any,
+        timeouts: Timeouts = Timeouts(),  # noqa: B008 - immutable
+        retry: RetryPolicy | None = None,
+        session: aiohttp.ClientSession | None = None,
+        headers: Mapping[str, str] | None = None,
+        max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
+        max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
+        trust_env: bool = False,
+        **params: Any,
     ) -> None:
-        super().__init__(base_url, api_key, model, **kwargs)
+        super().__init__(
+            base_url,
+            api_key,
+            model,
+            timeouts=timeouts,
+            retry=retry,
+            session=session,
+            headers=headers,
+            max_line_bytes=max_line_bytes,
+            max_event_bytes=max_event_bytes,
+            trust_env=trust_env,
+            **params,
+        )
         self.reasoning_field = reasoning_field
 
     def _payload(
@@ -709,9 +730,28 @@ class AnthropicClient(LLMClient):
         *,
         max_tokens: int = 4096,
         anthropic_version: str = "2023-06-01",
-        **kwargs: Any,
+        timeouts: Timeouts = Timeouts(),  # noqa: B008 - immutable
+        retry: RetryPolicy | None = None,
+        session: aiohttp.ClientSession | None = None,
+        headers: Mapping[str, str] | None = None,
+        max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
+        max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
+        trust_env: bool = False,
+        **params: Any,
     ) -> None:
-        super().__init__(base_url, api_key, model, **kwargs)
+        super().__init__(
+            base_url,
+            api_key,
+            model,
+            timeouts=timeouts,
+            retry=retry,
+            session=session,
+            headers=headers,
+            max_line_bytes=max_line_bytes,
+            max_event_bytes=max_event_bytes,
+            trust_env=trust_env,
+            **params,
+        )
         self.max_tokens = max_tokens
         self.anthropic_version = anthropic_version
 

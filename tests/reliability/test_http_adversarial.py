@@ -388,8 +388,9 @@ async def test_events_before_an_oversized_line_in_the_same_read_are_kept(
 
 @pytest.mark.asyncio
 async def test_done_then_silence_does_not_poison_the_next_request(no_task_leak: None) -> None:
-    """``[DONE]`` arrives but the chunked body never ends: the stream completes at
-    once, and the half-read connection is not reused for the next request."""
+    """``[DONE]`` arrives but the chunked body does not end: the stream completes
+    after a short wait for it (``BODY_END_WAIT``), and the half-read connection is
+    not reused for the next request."""
 
     async def done_then_stall(server: RawServer, reader: Any, writer: Any) -> None:
         while True:
