@@ -749,13 +749,13 @@ class _StreamCall:
         nothing within ``BODY_END_WAIT``, closes the connection instead."""
         try:
             async with asyncio.timeout(BODY_END_WAIT):
-                rest = await response.content.readany()
+                ended = not await response.content.readany()  # (b"": the body's end)
         except (TimeoutError, aiohttp.ClientError, OSError, HttpProcessingError):
-            rest = b"?"
-        if rest:
-            self._close()
-        else:
+            ended = False
+        if ended:
             self._release()
+        else:
+            self._close()
 
     async def _send(self) -> aiohttp.ClientResponse:
         request, timeouts = self.request, self.timeouts
