@@ -358,7 +358,8 @@ class LLMClient(abc.ABC):
             client: call :meth:`aclose` before closing it, as aiohttp leaves a
             stream reading from a closed session waiting until the idle
             timeout); by default the client makes one per event loop.
-        headers: More request headers.
+        headers: More request headers; they win over the client's own, the API
+            key's header included (a gateway's ``Authorization``).
         max_line_bytes: Longest SSE line accepted (past it: ``LimitExceeded``).
         max_event_bytes: Largest SSE event accepted (past it: ``LimitExceeded``).
         trust_env: Let the client's own session take its proxy (``HTTP_PROXY``,
@@ -441,7 +442,9 @@ class LLMClient(abc.ABC):
 
         Subscribe from code running in an asyncio loop (or a Jupyter cell):
         each subscription sends the request once; disposing it closes the
-        connection.
+        connection. After the provider's terminal marker (``[DONE]``), the
+        stream completes once the body ends, or within 0.1 s if it does not
+        (the connection is then closed rather than reused).
 
         Args:
             messages: The conversation.
