@@ -390,7 +390,6 @@ def _stop(turn: _Turn, task: asyncio.Task[None]) -> None:
     loop = task.get_loop()
     if loop.is_closed():  # (the task can never run again: let it go)
         _RUNNING.discard(task)
-        turn.agent._turns.discard(turn)
         return
     call_on(loop, task.cancel)  # (disposing may come from another thread)
 

@@ -462,14 +462,12 @@ class LLMClient(abc.ABC):
             "Accept": "text/event-stream",
             "User-Agent": _user_agent(),
             **self._protocol_headers(),
-            **self._extra_headers,
         }
         secrets = (*url_secrets(self.url), *_header_secrets(self._extra_headers))
         if self._api_key is not None:
-            named = {name.lower() for name in self._extra_headers}  # (the caller's win)
-            auth = self._auth_headers(self._api_key.value).items()
-            headers.update((name, value) for name, value in auth if name.lower() not in named)
+            headers.update(self._auth_headers(self._api_key.value))
             secrets = (*secrets, self._api_key.value)
+        headers = _overridden(headers, self._extra_headers)
         request = HTTPRequest(
             self.url,
             payload,
@@ -557,6 +555,18 @@ def _shown_url(base_url: str) -> str:
             shown = "***@" + shown.rpartition("@")[2]
         return shown + ("?***" if query else "")
     return masked_url(url) if url.query_string or url.user else base_url
+
+
+def _overridden(defaults: Mapping[str, str], given: Mapping[str, str]) -> dict[str, str]:
+    """``defaults`` with the ``given`` headers over them, names compared without case
+    (as HTTP compares them).
+
+    Example:
+        >>> _overridden({"Accept": "text/event-stream", "x-api-key": "k"}, {"accept": "*/*"})
+        {'x-api-key': 'k', 'accept': '*/*'}
+    """
+    named = {name.lower() for name in given}
+    return {**{k: v for k, v in defaults.items() if k.lower() not in named}, **given}
 
 
 def _endpoint(base_url: str, endpoint: str, *, versioned_prefix: bool = False) -> URL:

@@ -1856,3 +1856,11 @@ async def test_an_explicit_auth_header_wins_over_the_api_key(
         _, err = await outcome(cls(url, KEY, timeouts=FAST, headers={name: "gw-token-xyz"}))
     assert err is None, err
     assert seen[0].headers.getall(name) == ["gw-token-xyz"]
+
+
+@pytest.mark.parametrize("name", ["accept", "USER-AGENT", "authorization"])
+async def test_a_caller_header_in_another_case_replaces_the_default(name: str) -> None:
+    async with raw_server(sse("x")) as (url, seen):
+        _, err = await outcome(OpenAIChatClient(url, KEY, timeouts=FAST, headers={name: "mine"}))
+    assert err is None, err
+    assert seen[0].headers.getall(name) == ["mine"]
