@@ -133,10 +133,7 @@ class ToolCall:
             >>> ToolCall("c1", "f", {"n": 1}).to_dict()["arguments"]
             {'n': 1}
         """
-        fields = {name: getattr(self, name) for name in _CALL_FIELDS}
-        fields["arguments"] = finite(self.arguments)
-        fields["partial_value"] = finite(self.partial_value)
-        return fields
+        return {name: finite(getattr(self, name)) for name in _CALL_FIELDS}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ToolCall:
@@ -288,7 +285,6 @@ class ChatMessage:
         ``provider_data``'s lists of blocks come back as the tuples rafrx keeps them in.
         """
         calls = data.get("tool_calls")
-        source = data.get("source")
         kept = data.get("provider_data")
         return cls(
             MessageRole(data["role"]),
@@ -296,7 +292,7 @@ class ChatMessage:
             name=data.get("name"),
             tool_calls=None if calls is None else [ToolCall.from_dict(c) for c in calls],
             tool_call_id=data.get("tool_call_id"),
-            source=None if source is None else MessageSource(source),
+            source=data.get("source"),  # (a str becomes a MessageSource)
             reasoning=data.get("reasoning"),
             provider_data=None
             if kept is None
