@@ -1,13 +1,15 @@
-"""Shared fixtures: a live local LLM server, a check that no asyncio task leaked, and what
-reaches the loop's exception handler."""
+"""Shared fixtures: a live local LLM server, a check that no asyncio task leaked, what
+reaches the loop's exception handler, and a thread pool scheduler."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
+import pytest
 import pytest_asyncio
+from reactivex.scheduler import ThreadPoolScheduler
 
 from rafrx.testing import LLMServer
 
@@ -46,3 +48,11 @@ async def loop_errors() -> AsyncIterator[list[dict[str, Any]]]:
         yield seen
     finally:
         loop.set_exception_handler(None)
+
+
+@pytest.fixture
+def pool() -> Iterator[ThreadPoolScheduler]:
+    """A reactivex thread pool of 4 workers, shut down (waiting for them) after the test."""
+    scheduler = ThreadPoolScheduler(4)
+    yield scheduler
+    scheduler.executor.shutdown(wait=True)

@@ -74,13 +74,6 @@ def all_texts(results: list[AgentResponseResult]) -> str:
 
 
 @pytest.fixture
-def pool() -> Iterator[ThreadPoolScheduler]:
-    scheduler = ThreadPoolScheduler(4)
-    yield scheduler
-    scheduler.executor.shutdown(wait=True)
-
-
-@pytest.fixture
 def thread_errors() -> Iterator[list[Any]]:
     """What reaches ``threading.excepthook`` or ``sys.unraisablehook`` during the test."""
     seen: list[Any] = []

@@ -118,13 +118,6 @@ def in_thread(fn: Callable[[], Any], timeout: float = 10.0) -> Any:
 
 
 @pytest.fixture
-def pool() -> Iterator[ThreadPoolScheduler]:
-    scheduler = ThreadPoolScheduler(4)
-    yield scheduler
-    scheduler.executor.shutdown(wait=True)
-
-
-@pytest.fixture
 def loop_thread() -> Iterator[asyncio.AbstractEventLoop]:
     """An event loop running in a daemon thread (a sync app's background loop)."""
     loop = asyncio.new_event_loop()
