@@ -18,7 +18,8 @@ stream), the loop's time per chunk read:
   after it (``Timeout.reschedule``), the usual way: two timer handles per
   read, one pushed on the loop's heap and cancelled;
 * ``IdleTimer``: what rafrx does (``rafrx/sources/_idle.py``): one timer per
-  stream, re-armed only when it fires; a read notes the clock.
+  stream, re-armed only when it fires; a read notes the clock and the
+  stream's byte count.
 
 Best of ``--repeat`` runs; the last column is the cost over ``none``.
 
@@ -33,7 +34,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
 from rafrx.sources._idle import IdleTimer
@@ -43,10 +44,10 @@ __all__ = ["measure"]
 _IDLE = 60.0
 _CHUNK = b'data: {"choices":[{"index":0,"delta":{"content":" token"}}]}\n\n'
 
-Reader = Callable[[asyncio.AbstractEventLoop, AsyncIterator[bytes]], Coroutine[Any, Any, int]]
+Reader = Callable[[asyncio.AbstractEventLoop, "_Stream"], Coroutine[Any, Any, int]]
 
 
-async def _none(loop: asyncio.AbstractEventLoop, chunks: AsyncIterator[bytes]) -> int:
+async def _none(loop: asyncio.AbstractEventLoop, chunks: _Stream) -> int:
     n = 0
     while True:
         try:
@@ -56,7 +57,7 @@ async def _none(loop: asyncio.AbstractEventLoop, chunks: AsyncIterator[bytes]) -
         n += 1
 
 
-async def _reschedule(loop: asyncio.AbstractEventLoop, chunks: AsyncIterator[bytes]) -> int:
+async def _reschedule(loop: asyncio.AbstractEventLoop, chunks: _Stream) -> int:
     n = 0
     async with asyncio.timeout(None) as deadline:
         while True:
@@ -69,10 +70,10 @@ async def _reschedule(loop: asyncio.AbstractEventLoop, chunks: AsyncIterator[byt
             n += 1
 
 
-async def _idle_timer(loop: asyncio.AbstractEventLoop, chunks: AsyncIterator[bytes]) -> int:
+async def _idle_timer(loop: asyncio.AbstractEventLoop, chunks: _Stream) -> int:
     n = 0
     async with asyncio.timeout(None) as deadline:
-        timer = IdleTimer(loop, _IDLE, deadline)
+        timer = IdleTimer(loop, _IDLE, deadline, chunks)  # (counting its bytes, as aiohttp's)
         try:
             while True:
                 timer.waiting()
@@ -86,16 +87,19 @@ async def _idle_timer(loop: asyncio.AbstractEventLoop, chunks: AsyncIterator[byt
 
 
 class _Stream:
-    """An async iterator of chunks, each read waiting on a future until fed."""
+    """An async iterator of chunks, each read waiting on a future until fed; it
+    counts the bytes fed, as an aiohttp ``StreamReader`` does (``total_bytes``)."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
+        self.total_bytes = 0
         self._chunks: list[bytes | None] = []
         self._waiter: asyncio.Future[None] | None = None
 
     def feed(self, chunk: bytes | None) -> None:
         """Deliver a chunk (``None``: the end)."""
         self._chunks.append(chunk)
+        self.total_bytes += 0 if chunk is None else len(chunk)
         if self._waiter is not None:
             self._waiter.set_result(None)
             self._waiter = None

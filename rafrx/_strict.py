@@ -85,6 +85,8 @@ def _strict(node: Any, path: str) -> Any:
         raise _inexpressible(path, "it takes any value, and strict mode needs a type")
     if not isinstance(node, Mapping):
         return node  # False
+    if "prefixItems" in node:  # (OpenAI: "array schema missing items")
+        raise _inexpressible(path, "strict mode has no fixed-length tuples (use tuple[T, ...])")
     out = {key: value for key, value in node.items() if key != "default"}
     for key in SCHEMA_LISTS:
         if key in out:

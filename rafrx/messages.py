@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import copy
 import enum
+import hashlib
 import json
 import logging
 import re
@@ -873,6 +874,9 @@ def to_openai_chat(messages: Iterable[ChatMessage]) -> list[dict[str, Any]]:
     In a conversation where some message carries ``reasoning_content`` (a
     thinking-mode one), every assistant message with tool calls carries the
     field, ``""`` when it had no reasoning: DeepSeek refuses one without it.
+    A call id longer than OpenAI takes (40 characters; vLLM's
+    ``chatcmpl-tool-…`` has 46) goes as a short stand-in made from it, the
+    same in the call and in its result.
 
     Example:
         >>> turn = [ChatMessage("assistant", "Hm.", reasoning="Think."),
@@ -881,10 +885,14 @@ def to_openai_chat(messages: Iterable[ChatMessage]) -> list[dict[str, Any]]:
         ['Think.', '']
     """
     wire = [m.to_openai() for m in messages]
-    if any("reasoning_content" in m for m in wire):
-        for m in wire:
-            if "tool_calls" in m:
-                m.setdefault("reasoning_content", "")
+    thinking = any("reasoning_content" in m for m in wire)
+    for m in wire:
+        for call in m.get("tool_calls") or ():
+            call["id"] = _bounded_id(call["id"], _OPENAI_CHAT_ID_MAX)
+        if "tool_call_id" in m:
+            m["tool_call_id"] = _bounded_id(m["tool_call_id"], _OPENAI_CHAT_ID_MAX)
+        if thinking and "tool_calls" in m:
+            m.setdefault("reasoning_content", "")
     return wire
 
 
@@ -897,7 +905,8 @@ def to_anthropic(messages: Iterable[ChatMessage]) -> tuple[str | None, list[dict
     kept in ``provider_data`` go first.
     A message with nothing to send (an empty user message, an assistant turn
     with no text, call or thinking block) is left out: Anthropic refuses an
-    empty content list.
+    empty content list. A last assistant message (a prefill, a paused turn
+    going on) ends without trailing whitespace, which Anthropic refuses there.
 
     Example:
         >>> system, wire = to_anthropic(
@@ -933,8 +942,27 @@ def to_anthropic(messages: Iterable[ChatMessage]) -> tuple[str | None, list[dict
         if blocks:  # else nothing Anthropic can take: an empty content list is refused
             out.append({"role": msg.role.value, "content": blocks})
             results = None
+    if out and out[-1]["role"] == "assistant":
+        _trim_end(out)
     text = "\n\n".join(s for s in system if s.strip())  # blank system text is refused
     return (text or None), out
+
+
+def _trim_end(out: list[dict[str, Any]]) -> None:
+    """The last (assistant) message without the trailing whitespace Anthropic
+    refuses ("final assistant content cannot end with trailing whitespace"): its
+    last text block trimmed, dropped when blank, and the message when empty."""
+    blocks = out[-1]["content"]
+    last = blocks[-1]
+    if last.get("type") != "text" or not isinstance(last.get("text"), str):
+        return
+    text = last["text"].rstrip()
+    if text:
+        blocks[-1] = {**last, "text": text}
+        return
+    del blocks[-1]
+    if not blocks:
+        del out[-1]
 
 
 def _assistant_blocks(msg: ChatMessage, kept: Sequence[Any]) -> list[dict[str, Any]]:
@@ -974,6 +1002,32 @@ def _tool_use(call: ToolCall) -> dict[str, Any]:
 
 
 _NOT_ANTHROPIC_ID: Final = re.compile(r"[^a-zA-Z0-9_-]")
+
+
+_OPENAI_CHAT_ID_MAX: Final = 40
+"""The longest tool-call id OpenAI's chat completions take."""
+
+_RESPONSES_ID_MAX: Final = 64
+"""The longest ``call_id`` the OpenAI Responses API takes."""
+
+
+def _bounded_id(call_id: str, limit: int) -> str:
+    """``call_id``, or when it is longer than ``limit`` a short stand-in for it.
+
+    The stand-in is derived from the id alone (a hash), so every request of a
+    conversation sends the same one, a call and its result alike, and a
+    provider's prompt cache still matches.
+
+    Example:
+        >>> _bounded_id("call_1", 40)
+        'call_1'
+        >>> long = "chatcmpl-tool-" + "0" * 32
+        >>> _bounded_id(long, 40) == _bounded_id(long, 40) != long, len(_bounded_id(long, 40))
+        (True, 29)
+    """
+    if len(call_id) <= limit:
+        return call_id
+    return "call_" + hashlib.sha256(call_id.encode("utf-8", "surrogatepass")).hexdigest()[:24]
 
 
 def _anthropic_id(call_id: str) -> str:

@@ -61,6 +61,7 @@ __all__ = [
     "aiter_events",
     "check_content_type",
     "iter_events",
+    "sniff_event_stream",
 ]
 
 #: Default longest line (16 MiB) :class:`SSEDecoder` accepts.
@@ -610,6 +611,33 @@ def check_content_type(content_type: str | None) -> None:
         if essence == "text/event-stream":
             return
     raise ContentTypeError(f"expected Content-Type text/event-stream, got {content_type!r}")
+
+
+_FIELD_STARTS: Final = (b"data:", b"event:", b"id:", b"retry:", b":")
+
+
+def sniff_event_stream(head: bytes) -> bool | None:
+    """Whether a body that starts with ``head`` is an event stream, whatever its
+    ``Content-Type`` says; ``None`` while ``head`` is too short to tell.
+
+    Some servers label a real event stream ``application/json`` or
+    ``text/plain`` (Foundry Local, proxies). An event stream starts (after a
+    byte order mark and blank lines) with a ``data``, ``event``, ``id`` or
+    ``retry`` field or a ``:`` comment; a JSON error body or an HTML page
+    does not.
+
+    Example:
+        >>> sniff_event_stream(b"data: {}"), sniff_event_stream(b"{"), sniff_event_stream(b"da")
+        (True, False, None)
+    """
+    text = head.removeprefix(b"\xef\xbb\xbf").lstrip(b"\r\n")
+    if not text:
+        return None
+    if text.startswith(_FIELD_STARTS):
+        return True
+    if any(start.startswith(text) for start in _FIELD_STARTS):
+        return None
+    return False
 
 
 def iter_events(

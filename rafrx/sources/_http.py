@@ -34,6 +34,7 @@ import email.utils
 import functools
 import io
 import json
+import logging
 import math
 import random
 import re
@@ -72,7 +73,12 @@ from rafrx.errors import (
 from rafrx.sources._decoder import UpdateDecoder
 from rafrx.sources._idle import IdleTimer
 from rafrx.sources.dialects._common import is_retryable
-from rafrx.sse import DEFAULT_MAX_EVENT_BYTES, DEFAULT_MAX_LINE_BYTES, check_content_type
+from rafrx.sse import (
+    DEFAULT_MAX_EVENT_BYTES,
+    DEFAULT_MAX_LINE_BYTES,
+    check_content_type,
+    sniff_event_stream,
+)
 from rafrx.updates import AgentResponseUpdate, ResponseMetadata
 
 __all__ = [
@@ -86,6 +92,8 @@ __all__ = [
     "redact_error",
     "stream_updates",
 ]
+
+_log = logging.getLogger(__name__)
 
 #: Bytes of an error body read for :class:`~rafrx.errors.HTTPStatusError`.
 MAX_ERROR_BODY: Final = 64 * 1024
@@ -713,24 +721,34 @@ class _StreamCall:
         self.response = response
         if response.status >= 300:  # redirects are not followed (see stream_updates)
             raise await self._status_error(response)
+        head = b""  # (read to see what a body that is said not to be an event stream is)
+        content_type = response.headers.get("Content-Type")
         try:
-            check_content_type(response.headers.get("Content-Type"))
+            check_content_type(content_type)
         except ContentTypeError:
-            snippet = await self._read_text(response, MAX_SNIPPET)
-            said = _provider_error(snippet)[0]  # e.g. a server that will not stream, in JSON
-            raise ContentTypeError(
-                "expected Content-Type text/event-stream, got "
-                f"{response.headers.get('Content-Type')!r} from {self.request.safe_url}"
-                + (f": {said}" if said else ""),
-                status=response.status,
-                body=snippet,
-            ) from None
+            head = await self._head(response)
+            if not sniff_event_stream(head):
+                snippet = await self._read_text(response, MAX_SNIPPET, head)
+                said = _provider_error(snippet)[0]  # e.g. a server that will not stream, in JSON
+                raise ContentTypeError(
+                    f"expected Content-Type text/event-stream, got {content_type!r} "
+                    f"from {self.request.safe_url}" + (f": {said}" if said else ""),
+                    status=response.status,
+                    body=snippet,
+                ) from None
+            _log.warning(
+                "%s sent an event stream as Content-Type %r: decoding it",
+                self.request.safe_url,
+                content_type,
+            )
         request = self.request
         decoder = UpdateDecoder(
             request.dialect,
             max_line_bytes=request.max_line_bytes,
             max_event_bytes=request.max_event_bytes,
         )
+        if head:
+            self._deliver(decoder.feed(head))
         await self._read_body(response, decoder)
         if self.stopped:
             return
@@ -820,7 +838,7 @@ class _StreamCall:
         unwatch = _fail_body_when_closed(response)
         try:
             async with asyncio.timeout(None) as deadline:
-                timer = IdleTimer(self.loop, idle, deadline)
+                timer = IdleTimer(self.loop, idle, deadline, response.content)
                 try:
                     while True:
                         timer.waiting()
@@ -862,8 +880,24 @@ class _StreamCall:
         finally:
             del error
 
-    async def _read_text(self, response: aiohttp.ClientResponse, limit: int) -> str:
-        data = bytearray()
+    async def _head(self, response: aiohttp.ClientResponse) -> bytes:
+        """The body's first bytes: enough to tell whether it is an event stream."""
+        head = b""
+        try:
+            async with asyncio.timeout(self.timeouts.idle):
+                while sniff_event_stream(head) is None and len(head) < MAX_SNIPPET:
+                    chunk = await response.content.readany()
+                    if not chunk:
+                        break
+                    head += chunk
+        except (TimeoutError, aiohttp.ClientError, OSError, HttpProcessingError):
+            pass  # what came is the body
+        return head
+
+    async def _read_text(
+        self, response: aiohttp.ClientResponse, limit: int, head: bytes = b""
+    ) -> str:
+        data = bytearray(head)
         try:
             async with asyncio.timeout(self.timeouts.idle):
                 async for chunk in response.content.iter_any():
@@ -929,14 +963,43 @@ def _json_body(session: aiohttp.ClientSession, payload: Mapping[str, Any]) -> ai
 
     The body is strict JSON: a NaN or an infinity a past turn holds (a model's
     ``NaN`` in a kept block, a tool's) goes as ``null``, not as the bare ``NaN``
-    that ``json.dumps`` writes and the providers refuse.
+    that ``json.dumps`` writes and the providers refuse; and a lone surrogate
+    (half of an emoji a tool cut, a stream's split escape) goes as U+FFFD, since
+    Anthropic, OpenAI and DeepSeek refuse the whole request for it ("no low
+    surrogate in string"), this one and every later one of the conversation.
     """
     serialize = session.json_serialize
-    if serialize is json.dumps:  # aiohttp's default
-        data = strict_dumps(payload).encode()
-    else:  # the user's own serializer: give it what JSON can carry
-        data = serialize(finite(payload)).encode()
-    return aiohttp.BytesIOPayload(io.BytesIO(data), content_type="application/json")
+    # (aiohttp's default, else the user's own serializer: give it what JSON can carry)
+    text = strict_dumps(payload) if serialize is json.dumps else serialize(finite(payload))
+    return aiohttp.BytesIOPayload(io.BytesIO(_utf8(text)), content_type="application/json")
+
+
+# A \uXXXX escape of a high surrogate not followed by a low one, or of a low one
+# not after a high one (an escaped backslash before it is a false alarm: see _utf8).
+_LONE_SURROGATE: Final = re.compile(
+    r"\\u[dD][89abAB][0-9a-fA-F]{2}(?!\\u[dD][c-fC-F][0-9a-fA-F]{2})"
+    r"|(?<!\\u[dD][89abAB][0-9a-fA-F]{2})\\u[dD][c-fC-F][0-9a-fA-F]{2}"
+)
+
+
+def _utf8(body: str) -> bytes:
+    """A JSON text in UTF-8, each lone surrogate in it (escaped or not) as U+FFFD.
+
+    The usual body holds none: one scan for ``\\ud`` and the encoding. Else it
+    is decoded and encoded again (a regular expression cannot tell ``\\ud800``
+    from an escaped backslash before ``ud800``), with surrogate pairs joined.
+
+    Example:
+        >>> _utf8('["a\\ud83d\\ude00", "b\\ud800"]').decode()
+        '["a😀", "b\ufffd"]'
+    """
+    if ("\\ud" not in body and "\\uD" not in body) or _LONE_SURROGATE.search(body) is None:
+        try:
+            return body.encode()
+        except UnicodeEncodeError:  # a raw one, from a serializer that writes text as it is
+            pass
+    text = json.dumps(json.loads(body), ensure_ascii=False)
+    return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace").encode()
 
 
 def _provider_error(body: str) -> tuple[str | None, str | None, str | None]:

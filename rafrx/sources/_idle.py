@@ -35,8 +35,23 @@ Example:
 from __future__ import annotations
 
 import asyncio
+from typing import Protocol
 
 __all__ = ["IdleTimer"]
+
+
+class Counted(Protocol):
+    """What :class:`IdleTimer` reads of a body: the bytes that came so far (read or not)."""
+
+    @property
+    def total_bytes(self) -> int: ...
+
+
+class _NoCount:
+    total_bytes = 0
+
+
+_NO_COUNT = _NoCount()
 
 
 class IdleTimer:
@@ -57,16 +72,28 @@ class IdleTimer:
             is rescheduled to now, so it cancels the waiting task and raises
             ``TimeoutError`` out of its ``async with``, with asyncio's own
             handling of cancellation.
+        body: The stream read (an :class:`aiohttp.StreamReader`), whose
+            ``total_bytes`` counts the bytes that came in, read or not. When
+            the event loop was busy elsewhere (another task's long synchronous
+            work), the timer may fire before the waiting task saw the bytes
+            that came meanwhile: bytes that came since the wait began mean
+            the stream is not silent, and the timer waits on.
     """
 
-    __slots__ = ("_deadline", "_handle", "_idle", "_loop", "_since")
+    __slots__ = ("_body", "_count", "_deadline", "_handle", "_idle", "_loop", "_since")
 
     def __init__(
-        self, loop: asyncio.AbstractEventLoop, idle: float | None, deadline: asyncio.Timeout
+        self,
+        loop: asyncio.AbstractEventLoop,
+        idle: float | None,
+        deadline: asyncio.Timeout,
+        body: Counted | None = None,
     ) -> None:
         self._loop = loop
         self._idle = 0.0 if idle is None else idle
         self._deadline = deadline
+        self._body: Counted = _NO_COUNT if body is None else body
+        self._count = self._body.total_bytes
         self._since = loop.time()
         self._handle: asyncio.TimerHandle | None = None
         if idle is not None:
@@ -75,6 +102,7 @@ class IdleTimer:
     def waiting(self) -> None:
         """A wait for the next chunk starts now."""
         self._since = self._loop.time()
+        self._count = self._body.total_bytes
 
     def cancel(self) -> None:
         """Stop the timer (the reading ended); idempotent."""
@@ -83,9 +111,13 @@ class IdleTimer:
             self._handle = None
 
     def _check(self) -> None:
+        now = self._loop.time()
+        if self._body.total_bytes != self._count:  # bytes came, not read yet: the loop was busy
+            self._since = now
+            self._count = self._body.total_bytes
         due = self._since + self._idle
-        if self._loop.time() < due:  # data came since this timer was set
+        if now < due:  # data came since this timer was set
             self._handle = self._loop.call_at(due, self._check)
         else:
             self._handle = None
-            self._deadline.reschedule(self._loop.time())
+            self._deadline.reschedule(now)

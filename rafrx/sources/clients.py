@@ -33,9 +33,10 @@ import abc
 import copy
 import functools
 import importlib.metadata
+import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from types import TracebackType
-from typing import Any, ClassVar, Protocol, TypeAlias, runtime_checkable
+from typing import Any, ClassVar, Final, Protocol, TypeAlias, runtime_checkable
 
 import aiohttp
 from reactivex import Observable
@@ -43,6 +44,7 @@ from yarl import URL
 
 from rafrx._redaction import is_secret_header, secret_forms, url_secrets
 from rafrx.messages import (
+    _RESPONSES_ID_MAX,
     CUSTOM_TOOL_CALL_REF,
     FUNCTION_CALL_REF,
     MCP_APPROVAL_RESPONSE,
@@ -53,6 +55,7 @@ from rafrx.messages import (
     MessageRole,
     ToolCall,
     _block_type,
+    _bounded_id,
     _unique_call_ids,
     custom_input,
     pending_container,
@@ -84,6 +87,8 @@ __all__ = [
     "tool_schema",
 ]
 
+_log = logging.getLogger(__name__)
+
 
 @runtime_checkable
 class ToolDefinition(Protocol):
@@ -110,16 +115,24 @@ _EMPTY_SCHEMA: Mapping[str, Any] = {"type": "object", "properties": {}}
 def tool_schema(tool: ToolLike) -> tuple[str, str, dict[str, Any]]:
     """A tool's ``(name, description, parameters)``, whatever its shape.
 
+    The parameters are an object schema: none (``{}``, ``None``: an MCP
+    server's tool without arguments) is one without properties, and one that
+    does not say its type says ``"object"`` (Anthropic refuses it otherwise).
+
     Example:
         >>> tool_schema({"type": "function", "function": {"name": "now", "parameters": {}}})
-        ('now', '', {})
+        ('now', '', {'type': 'object', 'properties': {}})
     """
     if isinstance(tool, Mapping):
         inner = tool.get("function")
         spec: Mapping[str, Any] = inner if isinstance(inner, Mapping) else tool
-        params = spec.get("parameters", spec.get("input_schema", _EMPTY_SCHEMA))
-        return str(spec["name"]), str(spec.get("description") or ""), dict(params)
-    return tool.name, tool.description or "", dict(tool.parameters or _EMPTY_SCHEMA)
+        name, description = str(spec["name"]), str(spec.get("description") or "")
+        params = spec.get("parameters", spec.get("input_schema"))
+    else:
+        name, description, params = tool.name, tool.description or "", tool.parameters
+    schema = dict(params or _EMPTY_SCHEMA)
+    schema.setdefault("type", "object")
+    return name, description, schema
 
 
 def _strict(tool: ToolLike) -> bool | None:
@@ -148,7 +161,9 @@ def to_responses_input(messages: Iterable[ChatMessage]) -> list[dict[str, Any]]:
     / ``MESSAGE_REF`` blocks beside them) in their order and with their ids, as
     the API pairs a reasoning item with the item after it. A custom tool's
     call (marked by a ``CUSTOM_TOOL_CALL_REF`` block) and its result go back as
-    ``custom_tool_call`` and ``custom_tool_call_output`` items.
+    ``custom_tool_call`` and ``custom_tool_call_output`` items. A call id
+    longer than the API takes (64 characters) goes as a short stand-in made
+    from it, in the call and in its output alike.
 
     Example:
         >>> from rafrx.messages import ToolCall
@@ -161,7 +176,7 @@ def to_responses_input(messages: Iterable[ChatMessage]) -> list[dict[str, Any]]:
     """
     items: list[dict[str, Any]] = []
     sent: set[Any] = set()  # reasoning item ids: the API refuses one sent twice
-    conversation = _unique_call_ids(messages)
+    conversation = _unique_call_ids(messages, _responses_id)
     custom = {  # the custom tools' call ids
         block.get("call_id")
         for msg in conversation
@@ -191,6 +206,11 @@ def to_responses_input(messages: Iterable[ChatMessage]) -> list[dict[str, Any]]:
             items.append({"role": msg.role.value, "content": msg.content})
         items.extend(_call_item(call, call.id in custom) for call in msg.tool_calls or ())
     return items
+
+
+def _responses_id(call_id: str) -> str:
+    """A call id as the Responses API takes it (at most 64 characters)."""
+    return _bounded_id(call_id, _RESPONSES_ID_MAX)
 
 
 _OUR_ITEMS = ("message", "function_call", "custom_tool_call")  # the output items with a ref
@@ -316,8 +336,8 @@ def _output_items(msg: ChatMessage, kept: Sequence[Any], custom: set[Any]) -> li
                 items.append(_call_item(call, call.id in custom, block.get("id")))
         else:
             items.append(copy.deepcopy(block))
-    if msg.content and not texts:
-        items.append({"role": msg.role.value, "content": msg.content})  # (no message item)
+    if msg.content and not texts:  # (no message item: the text came before the calls)
+        items.insert(0, {"role": msg.role.value, "content": msg.content})
     items.extend(_call_item(call, call.id in custom) for call in calls.values())  # (renamed)
     return items
 
@@ -601,8 +621,8 @@ class OpenAIChatClient(LLMClient):
     past turn's reasoning back, ``"reasoning_content"`` by default (DeepSeek's,
     which refuses a tool loop without it; Kimi and Qwen read it too),
     ``"reasoning"`` (Ollama's), or ``None`` to send no reasoning, nor OpenRouter's
-    ``reasoning_details`` or LiteLLM's ``thinking_blocks`` (a server that refuses
-    unknown fields, such as StepFun's).
+    ``reasoning_details``, LiteLLM's ``thinking_blocks`` or a call's Gemini
+    ``extra_content`` (a server that refuses unknown fields, such as StepFun's).
 
     Example:
         >>> client = OpenAIChatClient("http://127.0.0.1:1", model="m", reasoning_field=None)
@@ -656,6 +676,8 @@ class OpenAIChatClient(LLMClient):
                 if self.reasoning_field is None:
                     message.pop("reasoning_details", None)
                     message.pop("thinking_blocks", None)
+                    for call in message.get("tool_calls") or ():
+                        call.pop("extra_content", None)  # (Gemini's thought signature)
                 elif reasoning is not None:
                     message[self.reasoning_field] = reasoning
         payload: dict[str, Any] = {
@@ -703,8 +725,28 @@ def _tools(
 
 def _chat_tool(tool: ToolLike) -> dict[str, Any]:
     if isinstance(tool, Tool):
-        return tool.to_openai()
-    return {"type": "function", "function": _function(*tool_schema(tool), _strict(tool))}
+        spec = tool.to_openai()
+    else:
+        spec = {"type": "function", "function": _function(*tool_schema(tool), _strict(tool))}
+    function = spec["function"]
+    if len(function["description"]) > _CHAT_DESCRIPTION_MAX:
+        function["description"] = _clipped(function["name"], function["description"])
+    return spec
+
+
+_CHAT_DESCRIPTION_MAX: Final = 1024  # OpenAI refuses a longer one: "string too long"
+
+
+@functools.lru_cache(maxsize=256)  # (one warning a tool)
+def _clipped(name: str, description: str) -> str:
+    """A function description cut to the length chat completions take, with a warning."""
+    _log.warning(
+        "tool %r: its description (%d characters) is cut to the %d that chat completions take",
+        name,
+        len(description),
+        _CHAT_DESCRIPTION_MAX,
+    )
+    return description[: _CHAT_DESCRIPTION_MAX - 1] + "…"
 
 
 def _responses_tool(tool: ToolLike) -> dict[str, Any]:
@@ -719,7 +761,10 @@ def _anthropic_tool(tool: ToolLike) -> dict[str, Any]:
     if isinstance(tool, Tool):
         return tool.to_anthropic()
     name, description, parameters = tool_schema(tool)
-    return {"name": name, "description": description, "input_schema": parameters}
+    given: dict[str, Any] = {}
+    if isinstance(tool, Mapping) and "input_schema" in tool:  # in Anthropic's own shape:
+        given = copy.deepcopy(dict(tool))  # what else it says goes too (its cache_control ...)
+    return {**given, "name": name, "description": description, "input_schema": parameters}
 
 
 class AnthropicClient(LLMClient):

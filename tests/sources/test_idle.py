@@ -8,7 +8,10 @@ the timer's rules on a bare event loop.
 from __future__ import annotations
 
 import asyncio
+import socket
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 
@@ -100,3 +103,80 @@ async def test_no_idle_limit_sets_no_timer() -> None:
         assert not [h for h in loop._scheduled if not h.cancelled()]  # type: ignore[attr-defined]
         timer.cancel()
     assert deadline.when() is None
+
+
+class _Body:
+    """What the timer reads of an aiohttp body: the bytes that came so far."""
+
+    def __init__(self) -> None:
+        self.total_bytes = 0
+
+
+@contextmanager
+def _socket_body(
+    loop: asyncio.AbstractEventLoop,
+) -> Iterator[tuple[socket.socket, _Body, asyncio.Queue[bytes]]]:
+    """A real socket read as aiohttp does: the loop's reader callback counts the
+    bytes and hands them to the waiting task. Yields the server's end, the count
+    and the queue of what came."""
+    ours, theirs = socket.socketpair()
+    ours.setblocking(False)
+    body = _Body()
+    came: asyncio.Queue[bytes] = asyncio.Queue()
+
+    def readable() -> None:
+        data = ours.recv(4096)
+        body.total_bytes += len(data)
+        came.put_nowait(data)
+
+    loop.add_reader(ours.fileno(), readable)
+    try:
+        yield theirs, body, came
+    finally:
+        loop.remove_reader(ours.fileno())
+        ours.close()
+        theirs.close()
+
+
+async def _read_until_end(body: _Body, came: asyncio.Queue[bytes]) -> bytes:
+    loop = asyncio.get_running_loop()
+    got = b""
+    async with asyncio.timeout(None) as deadline:
+        timer = IdleTimer(loop, IDLE, deadline, body)
+        try:
+            while not got.endswith(b"end"):
+                timer.waiting()
+                got += await came.get()
+        finally:
+            timer.cancel()
+    return got
+
+
+@pytest.mark.asyncio
+async def test_bytes_that_came_while_the_loop_was_busy_are_not_silence() -> None:
+    """Another callback holds the loop longer than the idle time while the server
+    keeps sending: after it, the loop reads the socket, then runs the due timer,
+    before the waiting task sees the bytes. The timer counts them: no timeout."""
+    loop = asyncio.get_running_loop()
+    with _socket_body(loop) as (server, body, came):
+
+        def busy() -> None:  # (a notebook's other pane rendering, synchronously)
+            server.send(b"x")
+            time.sleep(IDLE * 2)
+            loop.call_later(IDLE / 4, server.send, b"end")
+
+        loop.call_later(IDLE / 2, busy)
+        assert await _read_until_end(body, came) == b"xend"
+
+
+@pytest.mark.asyncio
+async def test_bytes_already_read_do_not_hold_off_a_real_silence() -> None:
+    loop = asyncio.get_running_loop()
+    with _socket_body(loop) as (server, body, came):
+        for at in (0.01, IDLE / 2, IDLE):
+            loop.call_later(at, server.send, b"x")
+        start = time.monotonic()
+        with pytest.raises(TimeoutError):
+            await _read_until_end(body, came)
+    assert body.total_bytes == 3
+    assert IDLE * 2 <= time.monotonic() - start < 5

@@ -30,7 +30,9 @@
 * ``message_delta`` carries the stop reason and *cumulative* usage (it
   overwrites, never adds); ``message_stop`` → ``Finish(reason, usage)`` with
   ``prompt_tokens`` = input + cache creation + cache read tokens. A stop
-  reason seen without ``message_stop`` still counts as complete.
+  reason seen without ``message_stop`` still counts as complete; a
+  ``data: [DONE]`` line (OpenAI's end, which gateways such as GitHub
+  Copilot's add) ends the stream as the end of the input does.
 * ``event: error`` → :class:`~rafrx.errors.ProviderError` (``overloaded_error``,
   ``api_error`` and ``rate_limit_error`` are retryable); ``ping`` and unknown
   events are ignored.
@@ -210,8 +212,12 @@ class AnthropicDialect:
                 return self._content_delta(fitted.index, fitted.delta)
         if name == "error":
             raise error_event(event)
-        if event.data[:1] != "{" and not event.data.strip():
-            return []
+        if event.data[:1] != "{":
+            text = event.data.strip()
+            if not text:
+                return []
+            if text == "[DONE]":  # OpenAI's end, which gateways add (Copilot's, Foundry's)
+                return self.close()  # complete if a stop reason came, else IncompleteStream
         data = load_object(event)
         kind = data.get("type", name)
         if kind == "error":

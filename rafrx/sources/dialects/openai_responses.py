@@ -24,7 +24,9 @@ no ``event:`` line):
 * a ``function_call`` output item → ``ToolCallStart(call_id, name)``, its
   ``function_call_arguments.delta`` events → ``ToolCallArgs`` and the first
   of ``function_call_arguments.done`` / ``output_item.done`` →
-  ``ToolCallEnd`` (preceded by the whole arguments when no delta came);
+  ``ToolCallEnd`` (preceded by the whole arguments when no delta came); an
+  item of its own whose ``call_id`` repeats an earlier call's is another call,
+  under that id with ``_2`` (``_3`` ...) added, as ``split_legacy_delta`` does;
 * a ``custom_tool_call`` output item (a custom tool's free-form input) →
   the same, its ``custom_tool_call_input.delta`` events being the text of the
   arguments ``{"input": text}``, and a ``CUSTOM_TOOL_CALL_REF`` block at its
@@ -38,7 +40,9 @@ no ``event:`` line):
   functions else STOP, usage)``; ``response.incomplete``, or a completed
   event whose response says ``status: "incomplete"`` (vLLM's), → ``Finish``
   with the mapped ``incomplete_details.reason``;
-* ``response.failed`` and ``error`` → :class:`~rafrx.errors.ProviderError`.
+* ``response.failed`` and ``error`` → :class:`~rafrx.errors.ProviderError`;
+  a ``data: [DONE]`` line (OpenAI chat's end, which some servers add) ends
+  the stream as the end of the input does.
 
 Example:
     >>> from rafrx.sse import ServerSentEvent
@@ -182,8 +186,12 @@ class OpenAIResponsesDialect:
             return []
         if event.event == "error":
             raise error_event(event)
-        if not event.data.strip():
-            return []
+        if event.data[:1] != "{":
+            text = event.data.strip()
+            if not text:
+                return []
+            if text == "[DONE]":  # OpenAI chat's end, which some servers add
+                return self.close()  # complete after response.completed, else IncompleteStream
         data = load_object(event)
         kind = _event_type(event, data)
         if kind == "error":
@@ -295,6 +303,11 @@ class OpenAIResponsesDialect:
             raise malformed(event, f"a {item.get('type')} item needs a 'call_id' and a 'name'")
         if self._key(item_id, call_id) is not None:
             return []  # known: by its item id, or (an item first sent without one) its call id
+        if call_id in self._call_keys:  # another item repeating a call id: a call of its own
+            n = 2
+            while f"{call_id}_{n}" in self._call_keys:
+                n += 1
+            call_id = f"{call_id}_{n}"
         custom = item.get("type") == "custom_tool_call"
         key = item_id or call_id
         self._calls[key] = _Call(call_id, custom)
@@ -304,10 +317,14 @@ class OpenAIResponsesDialect:
         return [ToolCallStart(call_id, name)]
 
     def _key(self, item_id: str | None, call_id: str | None) -> str | None:
-        """The key of a call already started: its item id, else the one with ``call_id``."""
+        """The key of a call already started: its item id, else the one with ``call_id``
+        that came without an item id (an item with an id of its own is another call)."""
         if item_id is not None and item_id in self._calls:
             return item_id
-        return None if call_id is None else self._call_keys.get(call_id)
+        key = None if call_id is None else self._call_keys.get(call_id)
+        if key is not None and item_id is not None and key != call_id:
+            return None
+        return key
 
     def _end_call(self, item_id: str | None, source: dict[str, Any]) -> list[AgentResponseUpdate]:
         """End a call; ``source`` (the item or the ``.done`` event) may hold its arguments."""
