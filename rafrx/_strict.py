@@ -6,7 +6,8 @@ every schema says what it accepts. :func:`strict_schema` rewrites a tool's
 schema that way: an optional property becomes required but nullable (a
 ``null`` then stands for "not given", see :func:`without_nulls`), and
 defaults are left out. What strict mode cannot say (an open ``dict``, any
-value) is a ``TypeError`` naming the parameter.
+value, a fixed-length tuple: OpenAI refuses ``prefixItems`` there) is a
+``TypeError`` naming the parameter.
 
 Example:
     >>> schema = {"type": "object", "properties": {"a": {"type": "string"},

@@ -905,8 +905,7 @@ def to_anthropic(messages: Iterable[ChatMessage]) -> tuple[str | None, list[dict
     kept in ``provider_data`` go first.
     A message with nothing to send (an empty user message, an assistant turn
     with no text, call or thinking block) is left out: Anthropic refuses an
-    empty content list. A last assistant message (a prefill, a paused turn
-    going on) ends without trailing whitespace, which Anthropic refuses there.
+    empty content list.
 
     Example:
         >>> system, wire = to_anthropic(
@@ -942,27 +941,8 @@ def to_anthropic(messages: Iterable[ChatMessage]) -> tuple[str | None, list[dict
         if blocks:  # else nothing Anthropic can take: an empty content list is refused
             out.append({"role": msg.role.value, "content": blocks})
             results = None
-    if out and out[-1]["role"] == "assistant":
-        _trim_end(out)
     text = "\n\n".join(s for s in system if s.strip())  # blank system text is refused
     return (text or None), out
-
-
-def _trim_end(out: list[dict[str, Any]]) -> None:
-    """The last (assistant) message without the trailing whitespace Anthropic
-    refuses ("final assistant content cannot end with trailing whitespace"): its
-    last text block trimmed, dropped when blank, and the message when empty."""
-    blocks = out[-1]["content"]
-    last = blocks[-1]
-    if last.get("type") != "text" or not isinstance(last.get("text"), str):
-        return
-    text = last["text"].rstrip()
-    if text:
-        blocks[-1] = {**last, "text": text}
-        return
-    del blocks[-1]
-    if not blocks:
-        del out[-1]
 
 
 def _assistant_blocks(msg: ChatMessage, kept: Sequence[Any]) -> list[dict[str, Any]]:

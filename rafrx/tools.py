@@ -192,7 +192,8 @@ class Tool(Generic[P, R]):
         nullable (``null`` means "use the default"), every object closed.
 
         Raises:
-            TypeError: strict mode cannot express a parameter (an open ``dict``, ``Any``).
+            TypeError: strict mode cannot express a parameter (an open ``dict``,
+                ``Any``, a fixed-length ``tuple[int, str]``).
         """
         return strict_schema(_object(self.parameters))
 

@@ -903,10 +903,9 @@ def every_kind(
 
 
 def test_definitions_of_every_parameter_kind_are_json() -> None:
-    plain, strict = tool(every_kind), tool(every_kind, strict=True)
-    for t in (plain, strict):
-        for form in (t.to_openai(), t.to_responses(), t.to_anthropic()):
-            assert json.loads(json.dumps(form, allow_nan=False)) == form
+    plain = tool(every_kind)
+    for form in (plain.to_openai(), plain.to_responses(), plain.to_anthropic()):
+        assert json.loads(json.dumps(form, allow_nan=False)) == form
     properties = plain.parameters["properties"]
     assert properties["color"]["default"] == "blue"
     assert properties["size"]["default"] == 1
@@ -917,8 +916,10 @@ def test_definitions_of_every_parameter_kind_are_json() -> None:
     assert properties["record"]["properties"]["color"]["default"] == "red"
     assert properties["record"]["properties"]["pair"]["default"] == [1, "a"]
     assert properties["model"]["properties"]["day"]["default"] == "2024-02-02"
-    assert "default" not in json.dumps(strict.strict_parameters)
-    assert strict.to_openai()["function"]["strict"] is True
+    # OpenAI's strict mode has no fixed-length tuples ("array schema missing items"):
+    # refused at once, naming the parameter
+    with pytest.raises(TypeError, match="no fixed-length tuples"):
+        tool(every_kind, strict=True)
 
 
 # ================================================================ concurrency and approvals

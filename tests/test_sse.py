@@ -883,6 +883,7 @@ def test_public_names() -> None:
         "aiter_events",
         "check_content_type",
         "iter_events",
+        "sniff_event_stream",
     }
 
 

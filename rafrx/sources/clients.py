@@ -764,15 +764,39 @@ def _anthropic_tool(tool: ToolLike) -> dict[str, Any]:
     given: dict[str, Any] = {}
     if isinstance(tool, Mapping) and "input_schema" in tool:  # in Anthropic's own shape:
         given = copy.deepcopy(dict(tool))  # what else it says goes too (its cache_control ...)
+        if given.get("type") != "custom":  # (the one type a tool of the caller's may say)
+            given.pop("type", None)
     return {**given, "name": name, "description": description, "input_schema": parameters}
+
+
+def _trim_final_assistant_text(wire: list[dict[str, Any]]) -> None:
+    """A last assistant message (a prefill, a paused turn going on) without the
+    trailing whitespace Anthropic refuses there ("final assistant content cannot
+    end with trailing whitespace"): its last text block trimmed, left out when
+    blank, and the message too when that leaves it empty."""
+    if not wire or wire[-1]["role"] != "assistant":
+        return
+    blocks = wire[-1]["content"]
+    last = blocks[-1]
+    if last.get("type") != "text" or not isinstance(last.get("text"), str):
+        return
+    text = last["text"].rstrip()
+    if text:
+        blocks[-1] = {**last, "text": text}
+        return
+    del blocks[-1]
+    if not blocks:
+        del wire[-1]
 
 
 class AnthropicClient(LLMClient):
     """Anthropic Messages (``x-api-key`` and ``anthropic-version`` headers).
 
     System messages become ``system``; tools ``{"name", "description",
-    "input_schema"}``. Besides :class:`LLMClient`'s arguments: ``max_tokens``
-    (required by the API; 4096 by default) and ``anthropic_version``.
+    "input_schema"}``; a conversation ending with an assistant message (a
+    prefill) ends without trailing whitespace, which the API refuses there.
+    Besides :class:`LLMClient`'s arguments: ``max_tokens`` (required by the
+    API; 4096 by default) and ``anthropic_version``.
     """
 
     dialect = "anthropic"
@@ -820,6 +844,7 @@ class AnthropicClient(LLMClient):
         self, messages: Sequence[ChatMessage], tools: Sequence[ToolLike]
     ) -> dict[str, Any]:
         system, wire = to_anthropic(messages)
+        _trim_final_assistant_text(wire)
         payload: dict[str, Any] = {
             "model": self.model,
             "max_tokens": self.max_tokens,

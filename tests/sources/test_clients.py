@@ -377,7 +377,10 @@ def test_a_tool_of_a_kind_the_provider_defines_goes_as_given(
     assert sent["tools"][0] == own
     assert sent["tools"][0] is not own  # (a copy: the request never shares the caller's)
     assert tool_schema(sent["tools"][1]) == tool_schema(theirs)  # (in the client's shape)
-    assert sent["tools"][1].get("type") == ("function" if client is not AnthropicClient else None)
+    # (Anthropic's own shape goes as given: its "custom" type, its cache_control ...)
+    assert sent["tools"][1].get("type") == (
+        "function" if client is not AnthropicClient else "custom"
+    )
 
 
 def test_responses_input_keeps_order_and_empty_assistant_text() -> None:
