@@ -440,8 +440,10 @@ def paired(messages: Iterable[ChatMessage]) -> list[ChatMessage]:
     failed half-way, rows edited or trimmed): the tool results that follow an
     assistant message with tool calls are put in call order, a call with no
     result gets an error result (:data:`LOST_RESULT`), and a result that
-    answers no call just before it is dropped; each repair is logged. Calls
-    without ids (OpenAI's legacy ``function_call``) are left as they are.
+    answers no call just before it is dropped; each repair is logged. A call
+    without an id (OpenAI's legacy ``function_call``) is answered by a result
+    without one, of its name; a system message among the results goes after
+    them.
 
     Example:
         >>> call = ToolCall("c1", "now", {})
@@ -457,38 +459,56 @@ def paired(messages: Iterable[ChatMessage]) -> list[ChatMessage]:
     while i < len(items):
         msg = items[i]
         i += 1
-        if msg.role is MessageRole.TOOL and msg.tool_call_id:  # ("": no id, as a legacy one)
+        if msg.role is MessageRole.TOOL:
             _log.warning("dropped a tool result for call %r: no call before it", msg.tool_call_id)
             continue
         out.append(msg)
         calls = msg.tool_calls or () if msg.role is MessageRole.ASSISTANT else ()
-        if not any(call.id for call in calls):  # (legacy calls alone: left as they are)
+        if not calls:
             continue
         results: dict[str, deque[ChatMessage]] = {}  # (two calls may share an id)
-        unnamed: list[ChatMessage] = []  # the results of its id-less calls, if any
-        while i < len(items) and items[i].role is MessageRole.TOOL:
+        unnamed: list[ChatMessage] = []  # results without an id: legacy calls' answers
+        notes: list[ChatMessage] = []  # system messages among the results
+        while i < len(items) and items[i].role in (MessageRole.TOOL, MessageRole.SYSTEM):
             result = items[i]
             i += 1
-            if result.tool_call_id:
+            if result.role is MessageRole.SYSTEM:
+                notes.append(result)
+            elif result.tool_call_id:
                 results.setdefault(result.tool_call_id, deque()).append(result)
             else:
                 unnamed.append(result)
         for call in calls:
-            waiting = results.get(call.id) if call.id else None
-            if waiting:
-                out.append(waiting.popleft())
-            elif not call.id:
-                if unnamed:
-                    out.append(unnamed.pop(0))
-            else:
+            answer = _answer(call, results, unnamed)
+            if answer is None:
                 _log.warning("answered call %r, whose result was lost, with an error", call.id)
-                error = ChatMessage.tool(LOST_RESULT, call.id, source=msg.source, is_error=True)
-                out.append(error)
-        for call_id, extra in results.items():
-            for _ in extra:
-                _log.warning("dropped a tool result for call %r: no such call", call_id)
-        out.extend(unnamed)
+                answer = ChatMessage(
+                    MessageRole.TOOL,
+                    LOST_RESULT,
+                    name=None if call.id else call.name,
+                    tool_call_id=call.id or None,
+                    source=msg.source,
+                    is_error=True,
+                )
+            out.append(answer)
+        for extra in [*(r for rs in results.values() for r in rs), *unnamed]:
+            _log.warning("dropped a tool result for call %r: no such call", extra.tool_call_id)
+        out.extend(notes)
     return out
+
+
+def _answer(
+    call: ToolCall, results: dict[str, deque[ChatMessage]], unnamed: list[ChatMessage]
+) -> ChatMessage | None:
+    """The result that answers ``call`` (taken from those that came), if one does."""
+    if call.id:
+        waiting = results.get(call.id)
+        return waiting.popleft() if waiting else None
+    for result in unnamed:  # (a legacy call: the first result without an id of its name)
+        if result.name in (None, call.name):
+            unnamed.remove(result)
+            return result
+    return None
 
 
 def with_call_ids(messages: Iterable[ChatMessage]) -> list[ChatMessage]:
@@ -568,24 +588,41 @@ def _unique_call_ids(
         >>> [m.tool_call_id or m.tool_calls[0].id for m in _unique_call_ids(step * 2)]
         ['c:0', 'c:0', 'c:0_1', 'c:0_1']
     """
+    return _unique_ids(with_call_ids(messages), form)
+
+
+def _unique_ids(
+    messages: Iterable[ChatMessage], form: Callable[[str], str], *, per_message: bool = False
+) -> list[ChatMessage]:
+    """:func:`_unique_call_ids` without giving ids: calls and results without one
+    (OpenAI's legacy ``function_call``) stay as they are. ``per_message``: ids
+    need only be unique within a message (chat completions, where Kimi K2 reads
+    its own ``functions.lookup:0`` in every step)."""
     fresh = _fresh_ids(set())
     waiting: dict[str, list[str]] = {}  # an id as given → its latest message's calls' ids
     latest: dict[str, str] = {}  # an id as given → the id of its latest call
     out: list[ChatMessage] = []
-    for msg in with_call_ids(messages):
-        if msg.tool_calls:
+    for msg in messages:
+        if msg.tool_calls and any(call.id for call in msg.tool_calls):
             calls: list[ToolCall] = []
-            givens = {call.id for call in msg.tool_calls}
+            givens = {call.id for call in msg.tool_calls if call.id}
+            if per_message:
+                fresh = _fresh_ids(set())
             for given in givens:
                 waiting[given] = []
             for call in msg.tool_calls:
+                if not call.id:
+                    calls.append(call)
+                    continue
                 call_id = fresh(form(call.id))
+                if form(call_id) != call_id:  # (its suffix made it too long: a short one)
+                    call_id = fresh(form(call_id))
                 waiting[call.id].append(call_id)
                 latest[call.id] = call_id
                 calls.append(call if call_id == call.id else attrs.evolve(call, id=call_id))
             renamed = {given: waiting[given] for given in givens}  # (this message's calls)
             msg = _refs_renamed(attrs.evolve(msg, tool_calls=calls), renamed)
-        elif msg.role is MessageRole.TOOL and msg.tool_call_id is not None:
+        elif msg.role is MessageRole.TOOL and msg.tool_call_id:
             given = msg.tool_call_id
             queue = waiting.get(given)
             call_id = queue.pop(0) if queue else latest.get(given, form(given))
@@ -875,8 +912,9 @@ def to_openai_chat(messages: Iterable[ChatMessage]) -> list[dict[str, Any]]:
     thinking-mode one), every assistant message with tool calls carries the
     field, ``""`` when it had no reasoning: DeepSeek refuses one without it.
     A call id longer than OpenAI takes (40 characters; vLLM's
-    ``chatcmpl-tool-…`` has 46) goes as a short stand-in made from it, the
-    same in the call and in its result.
+    ``chatcmpl-tool-…`` has 46) goes as a short stand-in made from it, and
+    one id given to two calls of a message (which OpenAI refuses: "Duplicate
+    value for 'tool_call_id'") as two, in the calls and in their results.
 
     Example:
         >>> turn = [ChatMessage("assistant", "Hm.", reasoning="Think."),
@@ -884,16 +922,16 @@ def to_openai_chat(messages: Iterable[ChatMessage]) -> list[dict[str, Any]]:
         >>> [m.get("reasoning_content") for m in to_openai_chat(turn)]
         ['Think.', '']
     """
-    wire = [m.to_openai() for m in messages]
-    thinking = any("reasoning_content" in m for m in wire)
-    for m in wire:
-        for call in m.get("tool_calls") or ():
-            call["id"] = _bounded_id(call["id"], _OPENAI_CHAT_ID_MAX)
-        if "tool_call_id" in m:
-            m["tool_call_id"] = _bounded_id(m["tool_call_id"], _OPENAI_CHAT_ID_MAX)
-        if thinking and "tool_calls" in m:
-            m.setdefault("reasoning_content", "")
+    wire = [m.to_openai() for m in _unique_ids(messages, _chat_id, per_message=True)]
+    if any("reasoning_content" in m for m in wire):
+        for m in wire:
+            if "tool_calls" in m:
+                m.setdefault("reasoning_content", "")
     return wire
+
+
+def _chat_id(call_id: str) -> str:
+    return _bounded_id(call_id, _OPENAI_CHAT_ID_MAX)
 
 
 def to_anthropic(messages: Iterable[ChatMessage]) -> tuple[str | None, list[dict[str, Any]]]:
