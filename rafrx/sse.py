@@ -631,7 +631,7 @@ def sniff_event_stream(head: bytes) -> bool | None:
         (True, False, None)
     """
     text = head.removeprefix(b"\xef\xbb\xbf").lstrip(b"\r\n")
-    if not text:
+    if not text or b"\xef\xbb\xbf".startswith(text):  # (nothing yet, or part of a BOM)
         return None
     if text.startswith(_FIELD_STARTS):
         return True

@@ -908,3 +908,29 @@ def test_a_limit_error_keeps_the_events_before_it_and_commits_no_later_id(
     with pytest.raises(LimitExceeded):
         decoder.close()
     assert decoder.last_event_id == "7"
+
+
+@pytest.mark.parametrize(
+    ("head", "verdict"),
+    [
+        (b"data: {}", True),
+        (b"event: message_start", True),
+        (b": keep-alive", True),
+        (b"id:1", True),
+        (b"retry: 10", True),
+        (b"\xef\xbb\xbf\r\n\ndata:", True),
+        (b"", None),
+        (b"\n\r\n", None),
+        (b"da", None),
+        (b"\xef", None),  # (a byte order mark cut by the first read)
+        (b"\xef\xbb", None),
+        (b'{"error": {}}', False),
+        (b"<html>", False),
+        (b" data: x", False),  # (a field name starting with a space: not "data")
+        (b"dat\n", False),
+    ],
+)
+def test_sniff_event_stream_tells_a_body_that_starts_as_an_event_stream(
+    head: bytes, verdict: bool | None
+) -> None:
+    assert rafrx.sse.sniff_event_stream(head) is verdict

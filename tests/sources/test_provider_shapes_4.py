@@ -558,20 +558,6 @@ def test_responses_sglang_router_without_item_done_and_a_generic_final_output() 
 # ---------------------------------------------------------------- found by this round
 
 
-def _turn_without_message_stop(text: str = "Hello!") -> list[tuple[str, dict[str, Any]]]:
-    return [
-        message_start(),
-        block_start(0, {"type": "text", "text": ""}),
-        block_delta(0, {"type": "text_delta", "text": text}),
-        block_stop(0),
-        ev(
-            "message_delta",
-            delta={"stop_reason": "end_turn", "stop_sequence": None},
-            usage={"output_tokens": 4},
-        ),
-    ]
-
-
 @pytest.mark.parametrize(
     "sentinel", ["[DONE]", ("done", "[DONE]")], ids=["data-only", "event-done"]
 )
@@ -581,7 +567,7 @@ def test_anthropic_done_sentinel_instead_of_message_stop_ends_the_turn(sentinel:
     gateways send the same sentinel (anthropics/anthropic-sdk-csharp#202,
     earendil-works/pi#3708, zed-industries/zed#61627). anthropic-sdk-python skips it and
     the message is complete, as a stop reason without ``message_stop`` is for rafrx."""
-    body = sse(*_turn_without_message_stop(), sentinel)
+    body = sse(*_text_turn(), sentinel)
     response = aggregate(body, "anthropic")
     assert response.text == "Hello!"
     assert response.finish_reason is FinishReason.STOP
@@ -590,7 +576,7 @@ def test_anthropic_done_sentinel_instead_of_message_stop_ends_the_turn(sentinel:
 
 @pytest.mark.asyncio
 async def test_client_anthropic_copilot_style_done_sentinel_over_http() -> None:
-    body = sse(*_turn_without_message_stop("Hi from Copilot."), "[DONE]")
+    body = sse(*_text_turn("Hi from Copilot."), "[DONE]")
     async with LLMServer() as server:
         server.enqueue(Replay(body, chunk_size=29))
         async with AnthropicClient(server.url, "sk-ant-test", "claude-sonnet-4-5") as client:
@@ -608,7 +594,7 @@ def test_a_done_sentinel_before_the_end_is_an_incomplete_stream(dialect: str) ->
     (Responses) ends a stream that is not complete: ``IncompleteStream`` with what came,
     not a complaint about JSON syntax."""
     if dialect == "anthropic":
-        events: list[Any] = [*_turn_without_message_stop()[:3], "[DONE]"]
+        events: list[Any] = [*_text_turn()[:3], "[DONE]"]
     else:
         delta = {"type": "response.output_text.delta", "item_id": "m1", "delta": "Hello!"}
         events = [("response.output_text.delta", delta), "[DONE]"]
