@@ -859,3 +859,15 @@ async def test_openai_chat_sends_no_function_description_over_1024_characters(
         body = await sent_body(CLIENTS[fmt], [ChatMessage.user("rx?")], [searcher])
         [sent] = body["tools"]
         assert sent["description"] == long_doc
+
+
+@pytest.mark.parametrize("text", ["\\ud83d\ude00", "C:\\ud83d\udc4d"])
+def test_a_lone_surrogate_after_an_escaped_backslash_is_replaced(text: str) -> None:
+    """A lone low surrogate right after the *text* ``\\ud83d`` (a backslash, then
+    ``ud83d``: code, a path) reads like the second half of a pair in the JSON; it
+    still goes as U+FFFD, and the text before it as it was."""
+    from rafrx._finite import strict_dumps
+    from rafrx.sources._http import _utf8
+
+    sent = json.loads(_utf8(strict_dumps({"a": text})))["a"]
+    assert sent == text[:-1] + "\ufffd"

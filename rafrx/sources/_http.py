@@ -749,7 +749,8 @@ class _StreamCall:
         )
         if head:
             self._deliver(decoder.feed(head))
-        await self._read_body(response, decoder)
+        if not (decoder.done or self.stopped):  # (a head may hold the whole stream)
+            await self._read_body(response, decoder)
         if self.stopped:
             return
         tail = decoder.close()
@@ -900,10 +901,11 @@ class _StreamCall:
         data = bytearray(head)
         try:
             async with asyncio.timeout(self.timeouts.idle):
-                async for chunk in response.content.iter_any():
-                    data += chunk
-                    if len(data) >= limit:
+                while len(data) < limit:
+                    chunk = await response.content.readany()
+                    if not chunk:
                         break
+                    data += chunk
         except (TimeoutError, aiohttp.ClientError, OSError, HttpProcessingError):
             pass  # what came is the body
         return redact_cut(_body_text(bytes(data[:limit]), response), self.request.secrets)
@@ -985,15 +987,18 @@ _LONE_SURROGATE: Final = re.compile(
 def _utf8(body: str) -> bytes:
     """A JSON text in UTF-8, each lone surrogate in it (escaped or not) as U+FFFD.
 
-    The usual body holds none: one scan for ``\\ud`` and the encoding. Else it
-    is decoded and encoded again (a regular expression cannot tell ``\\ud800``
-    from an escaped backslash before ``ud800``), with surrogate pairs joined.
+    The usual body holds none: one scan for ``\\ud`` and the encoding (with
+    emoji, escaped as pairs, a regular expression too). Else, or when an escaped
+    backslash might stand before what reads as an escape, it is decoded and
+    encoded again, with surrogate pairs joined.
 
     Example:
         >>> _utf8('["a\\ud83d\\ude00", "b\\ud800"]').decode()
         '["a😀", "b\ufffd"]'
     """
-    if ("\\ud" not in body and "\\uD" not in body) or _LONE_SURROGATE.search(body) is None:
+    escapes = "\\ud" in body or "\\uD" in body
+    # (after an escaped backslash, what reads as an escape may be text: decode to know)
+    if not escapes or ("\\\\" not in body and _LONE_SURROGATE.search(body) is None):
         try:
             return body.encode()
         except UnicodeEncodeError:  # a raw one, from a serializer that writes text as it is

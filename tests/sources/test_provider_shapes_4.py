@@ -26,7 +26,7 @@ from rafrx.content import ToolCallingContent
 from rafrx.errors import ContentTypeError, IncompleteStream, ProviderError
 from rafrx.messages import ChatMessage, ToolCall
 from rafrx.response import FinishReason, Usage
-from rafrx.sources.clients import AnthropicClient, OpenAIChatClient
+from rafrx.sources.clients import AnthropicClient, OpenAIChatClient, Timeouts
 from rafrx.testing import Fault, LLMServer, Replay
 from rafrx.tools import tool
 from tests.sources.test_dialect_quirks import CHUNK, sse
@@ -659,3 +659,100 @@ async def test_a_body_that_is_not_an_event_stream_is_still_refused(
                 )
     assert content_type in str(raised.value)
     assert raised.value.body == body.decode()[:2048]
+
+
+def _function_call(item_id: str, args: str = "", status: str = "completed") -> dict[str, Any]:
+    return {
+        "type": "function_call",
+        "id": item_id,
+        "call_id": "call_1",
+        "name": "get_weather",
+        "arguments": args,
+        "status": status,
+    }
+
+
+@pytest.mark.parametrize("ids", [("fc_A", "fc_B", "fc_C"), ("fc_A", "fc_A", "fc_C")])
+def test_responses_one_call_under_other_item_ids_at_later_stages_is_one_call(
+    ids: tuple[str, str, str],
+) -> None:
+    """mistral.rs gives each stage of an item an id of its own (added / done /
+    completed), LiteLLM's bridge lists in ``response.completed`` an item id never
+    announced (BerriAI/litellm#36375): a finished item with a known ``call_id`` is
+    that call, run once; only an item *added* under an id of its own is another call."""
+    added, done, final = ids
+    args = '{"city": "Paris"}'
+    body = sse(
+        rs("response.created", response=RESP),
+        rs("response.output_item.added", output_index=0, item=_function_call(added, "", "wip")),
+        rs("response.function_call_arguments.delta", item_id=added, output_index=0, delta=args),
+        rs("response.output_item.done", output_index=0, item=_function_call(done, args)),
+        completed(_function_call(final, args)),
+    )
+    response = aggregate(body, "openai-responses")
+    assert [(c.id, c.arguments) for c in response.tool_calls] == [("call_1", {"city": "Paris"})]
+
+
+async def _held_server(content_type: str, body: bytes, hold: float) -> tuple[Any, str]:
+    """A server that writes ``body`` in one write, then holds the connection ``hold`` s."""
+    from aiohttp import web
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        await request.read()
+        response = web.StreamResponse(headers={"Content-Type": content_type})
+        await response.prepare(request)
+        await response.write(body)
+        await asyncio.sleep(hold)
+        await response.write_eof()
+        return response
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", handler)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    host, port = runner.addresses[0][:2]
+    return runner, f"http://{host}:{port}/v1"
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("content_type", ["text/event-stream", "application/json"])
+async def test_a_mislabelled_stream_whole_in_its_first_read_completes_at_once(
+    content_type: str,
+) -> None:
+    """The whole stream, ``[DONE]`` included, in the read that showed it to be an event
+    stream, the connection then held open: the turn completes, as with the right
+    type, without waiting for the idle timeout."""
+    body = sse(ch({"role": "assistant", "content": "Hello"}), ch({}, "stop"), "[DONE]")
+    runner, url = await _held_server(content_type, body, hold=3.0)
+    try:
+        async with OpenAIChatClient(url, "sk", model="m", timeouts=Timeouts(idle=0.5)) as client:
+            response = await asyncio.wait_for(
+                client.stream([ChatMessage.user("Hi")]).pipe(ops.convert(), ops.aggregate()),
+                GUARD,
+            )
+        assert response.text == "Hello"
+    finally:
+        await runner.cleanup()
+
+
+@pytest.mark.asyncio
+async def test_a_large_page_that_is_not_a_stream_fails_at_once() -> None:
+    """A proxy's 5 KB page in one write, the connection then held: its first read
+    already holds more than the snippet, so the ContentTypeError comes at once, not
+    after the idle timeout."""
+    page = b"<html>" + b"x" * 5000 + b"</html>"
+    runner, url = await _held_server("text/html", page, hold=5.0)
+    try:
+        async with OpenAIChatClient(url, "sk", model="m", timeouts=Timeouts(idle=3.0)) as client:
+            loop = asyncio.get_running_loop()
+            start = loop.time()
+            with pytest.raises(ContentTypeError):
+                await asyncio.wait_for(
+                    client.stream([ChatMessage.user("Hi")]).pipe(ops.convert(), ops.aggregate()),
+                    GUARD,
+                )
+            assert loop.time() - start < 2.5  # (well under the 3 s idle timeout)
+    finally:
+        await runner.cleanup()

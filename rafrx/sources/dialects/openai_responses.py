@@ -25,8 +25,9 @@ no ``event:`` line):
   ``function_call_arguments.delta`` events → ``ToolCallArgs`` and the first
   of ``function_call_arguments.done`` / ``output_item.done`` →
   ``ToolCallEnd`` (preceded by the whole arguments when no delta came); an
-  item of its own whose ``call_id`` repeats an earlier call's is another call,
-  under that id with ``_2`` (``_3`` ...) added, as ``split_legacy_delta`` does;
+  item added under an id of its own whose ``call_id`` repeats an earlier
+  call's is another call, under that id with ``_2`` (``_3`` ...) added, as
+  ``split_legacy_delta`` does;
 * a ``custom_tool_call`` output item (a custom tool's free-form input) →
   the same, its ``custom_tool_call_input.delta`` events being the text of the
   arguments ``{"input": text}``, and a ``CUSTOM_TOOL_CALL_REF`` block at its
@@ -294,14 +295,20 @@ class OpenAIResponsesDialect:
         return [ReasoningDelta(text)] if text else []
 
     def _start_call(
-        self, event: ServerSentEvent, item: dict[str, Any]
+        self, event: ServerSentEvent, item: dict[str, Any], *, added: bool = False
     ) -> list[AgentResponseUpdate]:
+        """Start the call ``item`` is, unless it is known. An item an
+        ``output_item.added`` event brings under an id of its own is a new call,
+        even with a known ``call_id``; a finished item (``output_item.done``, the
+        final output) with a known ``call_id`` is that call, whatever its id
+        (mistral.rs gives each stage its own, LiteLLM's final output one of its own)."""
         item_id = as_str(item.get("id"))
         call_id = as_str(item.get("call_id")) or item_id
         name = as_str(item.get("name"))
         if call_id is None or name is None:
             raise malformed(event, f"a {item.get('type')} item needs a 'call_id' and a 'name'")
-        if self._key(item_id, call_id) is not None:
+        known = self._key(item_id, call_id)
+        if known is not None and not (added and item_id is not None and item_id != known):
             return []  # known: by its item id, or (an item first sent without one) its call id
         if call_id in self._call_keys:  # another item repeating a call id: a call of its own
             n = 2
@@ -317,14 +324,10 @@ class OpenAIResponsesDialect:
         return [ToolCallStart(call_id, name)]
 
     def _key(self, item_id: str | None, call_id: str | None) -> str | None:
-        """The key of a call already started: its item id, else the one with ``call_id``
-        that came without an item id (an item with an id of its own is another call)."""
+        """The key of a call already started: its item id, else the one with ``call_id``."""
         if item_id is not None and item_id in self._calls:
             return item_id
-        key = None if call_id is None else self._call_keys.get(call_id)
-        if key is not None and item_id is not None and key != call_id:
-            return None
-        return key
+        return None if call_id is None else self._call_keys.get(call_id)
 
     def _end_call(self, item_id: str | None, source: dict[str, Any]) -> list[AgentResponseUpdate]:
         """End a call; ``source`` (the item or the ``.done`` event) may hold its arguments."""
@@ -348,7 +351,7 @@ class OpenAIResponsesDialect:
         item = get_object(event, data, "item") or {}
         if item.get("type") not in _CALLS:
             return []
-        return self._start_call(event, item)
+        return self._start_call(event, item, added=True)
 
     def _ref(self, ref: dict[str, Any]) -> list[AgentResponseUpdate]:
         """An output item's id, for it to go back paired with the reasoning item before
