@@ -931,7 +931,13 @@ def to_openai_chat(messages: Iterable[ChatMessage]) -> list[dict[str, Any]]:
 
 
 def _chat_id(call_id: str) -> str:
+    """A call id as OpenAI chat completions take it (at most 40 characters)."""
     return _bounded_id(call_id, _OPENAI_CHAT_ID_MAX)
+
+
+def _responses_id(call_id: str) -> str:
+    """A call id as the Responses API takes it (at most 64 characters)."""
+    return _bounded_id(call_id, _RESPONSES_ID_MAX)
 
 
 def to_anthropic(messages: Iterable[ChatMessage]) -> tuple[str | None, list[dict[str, Any]]]:

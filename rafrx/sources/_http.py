@@ -883,32 +883,35 @@ class _StreamCall:
 
     async def _head(self, response: aiohttp.ClientResponse) -> bytes:
         """The body's first bytes: enough to tell whether it is an event stream."""
-        head = b""
-        try:
-            async with asyncio.timeout(self.timeouts.idle):
-                while sniff_event_stream(head) is None and len(head) < MAX_SNIPPET:
-                    chunk = await response.content.readany()
-                    if not chunk:
-                        break
-                    head += chunk
-        except (TimeoutError, aiohttp.ClientError, OSError, HttpProcessingError):
-            pass  # what came is the body
-        return head
+        return await self._read(
+            response,
+            b"",
+            lambda head: len(head) < MAX_SNIPPET and sniff_event_stream(bytes(head)) is None,
+        )
 
     async def _read_text(
         self, response: aiohttp.ClientResponse, limit: int, head: bytes = b""
     ) -> str:
+        """The body's first ``limit`` bytes (after ``head``, read already), as text."""
+        data = await self._read(response, head, lambda data: len(data) < limit)
+        return redact_cut(_body_text(data[:limit], response), self.request.secrets)
+
+    async def _read(
+        self, response: aiohttp.ClientResponse, head: bytes, more: Callable[[bytearray], bool]
+    ) -> bytes:
+        """``head`` and the body's next bytes while ``more(what came)``: until the body's
+        end, a broken connection or the idle timeout (what came is the body)."""
         data = bytearray(head)
         try:
             async with asyncio.timeout(self.timeouts.idle):
-                while len(data) < limit:
+                while more(data):
                     chunk = await response.content.readany()
                     if not chunk:
                         break
                     data += chunk
         except (TimeoutError, aiohttp.ClientError, OSError, HttpProcessingError):
             pass  # what came is the body
-        return redact_cut(_body_text(bytes(data[:limit]), response), self.request.secrets)
+        return bytes(data)
 
     async def _status_error(self, response: aiohttp.ClientResponse) -> HTTPStatusError:
         body = await self._read_text(response, MAX_ERROR_BODY)

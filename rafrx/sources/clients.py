@@ -44,7 +44,6 @@ from yarl import URL
 
 from rafrx._redaction import is_secret_header, secret_forms, url_secrets
 from rafrx.messages import (
-    _RESPONSES_ID_MAX,
     CUSTOM_TOOL_CALL_REF,
     FUNCTION_CALL_REF,
     MCP_APPROVAL_RESPONSE,
@@ -55,7 +54,7 @@ from rafrx.messages import (
     MessageRole,
     ToolCall,
     _block_type,
-    _bounded_id,
+    _responses_id,
     _unique_call_ids,
     custom_input,
     pending_container,
@@ -206,11 +205,6 @@ def to_responses_input(messages: Iterable[ChatMessage]) -> list[dict[str, Any]]:
             items.append({"role": msg.role.value, "content": msg.content})
         items.extend(_call_item(call, call.id in custom) for call in msg.tool_calls or ())
     return items
-
-
-def _responses_id(call_id: str) -> str:
-    """A call id as the Responses API takes it (at most 64 characters)."""
-    return _bounded_id(call_id, _RESPONSES_ID_MAX)
 
 
 _OUR_ITEMS = ("message", "function_call", "custom_tool_call")  # the output items with a ref

@@ -32,6 +32,7 @@ __all__ = [
     "Dialect",
     "as_int",
     "as_str",
+    "end_marker",
     "error_event",
     "fitting",
     "get_list",
@@ -93,6 +94,24 @@ def json_escaped(text: str) -> str:
 def malformed(event: ServerSentEvent, why: str) -> MalformedEvent:
     """A :class:`MalformedEvent` for ``event``, keeping its raw data."""
     return MalformedEvent(why, raw=event.data, event_name=event.event)
+
+
+def end_marker(event: ServerSentEvent) -> bool | None:
+    """What an event whose data is no JSON object says before it is loaded: ``False``
+    for blank data (a keep-alive: nothing), ``True`` for ``[DONE]`` (OpenAI chat's
+    end, which gateways also add to Anthropic and Responses streams: the end of
+    the input), ``None`` for data to load (:func:`load_object` refuses a non-object).
+
+    Example:
+        >>> [end_marker(ServerSentEvent(data=d)) for d in (" ", "[DONE]", "{}", "x")]
+        [False, True, None, None]
+    """
+    if event.data[:1] == "{":
+        return None
+    text = event.data.strip()
+    if not text:
+        return False
+    return True if text == "[DONE]" else None
 
 
 def load_object(event: ServerSentEvent) -> dict[str, Any]:

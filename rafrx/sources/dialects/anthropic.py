@@ -66,6 +66,7 @@ from rafrx.response import FinishReason
 from rafrx.sources.dialects._common import (
     as_int,
     as_str,
+    end_marker,
     error_event,
     fitting,
     get_object,
@@ -212,12 +213,9 @@ class AnthropicDialect:
                 return self._content_delta(fitted.index, fitted.delta)
         if name == "error":
             raise error_event(event)
-        if event.data[:1] != "{":
-            text = event.data.strip()
-            if not text:
-                return []
-            if text == "[DONE]":  # OpenAI's end, which gateways add (Copilot's, Foundry's)
-                return self.close()  # complete if a stop reason came, else IncompleteStream
+        ended = end_marker(event)  # (blank data, or the [DONE] gateways add)
+        if ended is not None:
+            return self.close() if ended else []
         data = load_object(event)
         kind = data.get("type", name)
         if kind == "error":

@@ -75,6 +75,7 @@ from rafrx.sources.dialects._common import (
     CUSTOM_INPUT_TAIL,
     as_int,
     as_str,
+    end_marker,
     error_event,
     get_list,
     get_object,
@@ -187,12 +188,9 @@ class OpenAIResponsesDialect:
             return []
         if event.event == "error":
             raise error_event(event)
-        if event.data[:1] != "{":
-            text = event.data.strip()
-            if not text:
-                return []
-            if text == "[DONE]":  # OpenAI chat's end, which some servers add
-                return self.close()  # complete after response.completed, else IncompleteStream
+        ended = end_marker(event)  # (blank data, or the [DONE] gateways add)
+        if ended is not None:
+            return self.close() if ended else []
         data = load_object(event)
         kind = _event_type(event, data)
         if kind == "error":
