@@ -637,10 +637,10 @@ def _refs_renamed(msg: ChatMessage, ids: Mapping[str, list[str]]) -> ChatMessage
     its calls were (``ids``: each id as given → its calls' new ids, in order)."""
     if not msg.provider_data:
         return msg
-    left = {given: list(new) for given, new in ids.items()}
     data: dict[str, Any] = {}
     for key, blocks in msg.provider_data.items():
         if isinstance(blocks, tuple | list):
+            left = {given: list(new) for given, new in ids.items()}  # (each key names them all)
             blocks = tuple(_ref_renamed(block, left) for block in blocks)
         data[key] = blocks
     return attrs.evolve(msg, provider_data=data) if data != msg.provider_data else msg

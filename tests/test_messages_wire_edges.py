@@ -27,6 +27,7 @@ from rafrx.messages import (
     ToolCall,
     from_anthropic,
     to_anthropic,
+    to_openai_chat,
     with_call_ids,
 )
 from rafrx.sources.clients import AnthropicClient, to_responses_input
@@ -555,3 +556,29 @@ def test_ids_reused_across_steps_go_unique_on_every_wire_and_pair_with_their_res
     outputs = [i["call_id"] for i in items if i.get("type") == "function_call_output"]
     assert len(set(calls)) == 2
     assert outputs == calls
+
+
+def test_two_custom_calls_sharing_an_id_stay_custom_once_renamed_on_both_openai_wires() -> None:
+    """A message holds a block per call under two ``provider_data`` keys (a custom call's
+    mark and its ``extra_content``): each key names every call, so each is renamed in
+    full. (One pool of new ids shared by both keys left the second call's mark under the
+    old id: it went out as a plain function call.)"""
+    calls = [
+        {
+            "id": "dup",
+            "type": "custom",
+            "custom": {"name": name, "input": text},
+            "extra_content": {},
+        }
+        for name, text in (("a", "x"), ("b", "y"))
+    ]
+    msg = ChatMessage.from_openai({"role": "assistant", "content": None, "tool_calls": calls})
+    chat = to_openai_chat([msg])[0]["tool_calls"]
+    assert [(c["type"], c["custom"]["name"]) for c in chat] == [("custom", "a"), ("custom", "b")]
+    assert len({c["id"] for c in chat}) == 2
+    items = [i for i in to_responses_input([msg]) if "call_id" in i]
+    assert [(i["type"], i["name"], i["input"]) for i in items] == [
+        ("custom_tool_call", "a", "x"),
+        ("custom_tool_call", "b", "y"),
+    ]
+    assert len({i["call_id"] for i in items}) == 2
