@@ -71,7 +71,7 @@ class UpdateDecoder:
         ValueError: An unknown dialect name.
     """
 
-    __slots__ = ("_dialect", "_error", "_sse")
+    __slots__ = ("_dialect", "_error", "_salvaged", "_sse")
 
     def __init__(
         self,
@@ -85,6 +85,7 @@ class UpdateDecoder:
             max_line_bytes=max_line_bytes, max_event_bytes=max_event_bytes, error_field=True
         )
         self._error: RafrxError | None = None
+        self._salvaged = False
 
     @property
     def done(self) -> bool:
@@ -124,6 +125,30 @@ class UpdateDecoder:
             if not out:
                 raise detached(sse.error)
         return out
+
+    def salvage(self) -> list[AgentResponseUpdate]:
+        """After the stream failed (an error raised here, a broken connection, a timeout):
+        what the dialect still owes from what it received, to deliver before the error.
+
+        That is the usage the provider reported before the failure, which would
+        have come with the ``Finish``: Anthropic's ``message_start`` counts, a
+        Responses ``response.failed`` event's. ``[]`` after the terminal
+        marker, on a second call, or from a dialect without ``salvage()``.
+
+        Example:
+            >>> decoder = UpdateDecoder("anthropic")
+            >>> _ = decoder.feed(b'event: message_start\\ndata: {"type": "message_start", '
+            ...     b'"message": {"usage": {"input_tokens": 9, "output_tokens": 1}}}\\n\\n')
+            >>> decoder.salvage(), decoder.salvage()  # doctest: +NORMALIZE_WHITESPACE
+            ([Usage(usage=Usage(prompt_tokens=9, completion_tokens=1, total_tokens=10,
+                                reasoning_tokens=None, cached_tokens=None))], [])
+        """
+        salvage = getattr(self._dialect, "salvage", None)
+        if salvage is None or self._salvaged or self._dialect.done:
+            return []
+        self._salvaged = True
+        owed: list[AgentResponseUpdate] = salvage()
+        return owed
 
     def close(self) -> list[AgentResponseUpdate]:
         """End of the body: the updates the dialect held back (usually ``Finish``).

@@ -139,11 +139,15 @@ class _SyncBody(SyncSource[AgentResponseUpdate]):
             return
         decoder = self._make()
         iterator = iter(self._chunks)
+        delivering = False  # (an error meanwhile is the subscriber's, not the stream's)
         try:
             try:
                 for chunk in iterator:
-                    for update in decoder.feed(chunk):
+                    updates = decoder.feed(chunk)
+                    delivering = True
+                    for update in updates:
                         on_next(update)
+                    delivering = False
                     if decoder.done:
                         break
                     if stopped():  # the subscriber disposed (take(n) has its items)
@@ -153,12 +157,26 @@ class _SyncBody(SyncSource[AgentResponseUpdate]):
                 close = getattr(iterator, "close", None)
                 if close is not None:
                     close()
+            delivering = True
             for update in tail:
                 on_next(update)
         except Exception as err:  # the stream's error, or a subscriber's
-            on_error(err)
+            on_error(err if delivering else _after_salvage(decoder, on_next, err))
         else:
             on_completed()
+
+
+def _after_salvage(
+    decoder: UpdateDecoder, on_next: Callable[[AgentResponseUpdate], None], error: Exception
+) -> Exception:
+    """Deliver what the failed stream still owes (:meth:`UpdateDecoder.salvage`); the
+    error to report is then ``error``, or the subscriber's own if it raised meanwhile."""
+    try:
+        for update in decoder.salvage():
+            on_next(update)
+    except Exception as raised:
+        return raised
+    return error
 
 
 def _from_async(chunks: AsyncIterable[bytes], make: Any) -> Observable[AgentResponseUpdate]:
@@ -175,11 +193,24 @@ def _from_async(chunks: AsyncIterable[bytes], make: Any) -> Observable[AgentResp
             ) from None
         disposed = False
 
+        delivering = False  # (an error meanwhile is the subscriber's, not the stream's)
+
         def emit(updates: list[AgentResponseUpdate]) -> None:
+            nonlocal delivering
+            delivering = True
             for update in updates:
                 if disposed:
                     return
                 observer.on_next(update)
+            delivering = False
+
+        def fail(error: Exception) -> None:
+            if disposed:  # a subscriber raised and disposed: nobody to tell but the loop
+                loop.call_exception_handler(
+                    {"message": "rafrx.from_sse: error after disposal", "exception": error}
+                )
+            else:
+                _report(loop, functools.partial(observer.on_error, error))
 
         async def read() -> None:
             decoder: UpdateDecoder = make()
@@ -201,12 +232,10 @@ def _from_async(chunks: AsyncIterable[bytes], make: Any) -> Observable[AgentResp
                         await aclose()
                 emit(tail)
             except Exception as err:  # the stream's error, or a subscriber's
-                if disposed:  # a subscriber raised and disposed: nobody to tell but the loop
-                    loop.call_exception_handler(
-                        {"message": "rafrx.from_sse: error after disposal", "exception": err}
-                    )
+                if delivering or disposed:
+                    fail(err)
                 else:
-                    _report(loop, functools.partial(observer.on_error, err))
+                    fail(_after_salvage(decoder, observer.on_next, err))
             else:
                 if not disposed:
                     _report(loop, observer.on_completed)

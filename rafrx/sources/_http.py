@@ -557,6 +557,7 @@ class _StreamCall:
         self.thread = threading.get_ident()
         self.task: asyncio.Task[None] | None = None
         self.response: aiohttp.ClientResponse | None = None
+        self.decoder: UpdateDecoder | None = None  # the latest attempt's
         self.delivered = 0
         # With retries, the response's metadata waits for its first content: an error
         # before any content (an overloaded provider, right after message_start) can
@@ -644,6 +645,17 @@ class _StreamCall:
         if held:
             self._deliver(held)
 
+    def _salvaged(self, error: RafrxError) -> Exception:
+        """Deliver what the failed stream still owes (its usage so far), then ``error``
+        is the one to end with, or the subscriber's own if it raised meanwhile."""
+        decoder, self.decoder = self.decoder, None
+        if decoder is not None:
+            try:
+                self._deliver(decoder.salvage())
+            except _SubscriberFailed as failed:
+                return failed.error
+        return error
+
     def _end(self, error: Exception | None = None) -> None:
         if self.stopped:
             return
@@ -692,7 +704,8 @@ class _StreamCall:
                     if delay is None:
                         if attempt > 1:
                             _note_attempts(err, attempt)
-                        self._end(let_go(err))  # (kept by the user: the call goes with it)
+                        error = let_go(err)  # (kept by the user: the call goes with it)
+                        self._end(self._salvaged(error))
                         return
                     if self.held:
                         self.held.clear()  # the failed attempt's metadata: never seen
@@ -717,6 +730,7 @@ class _StreamCall:
             raise without_frames(cancelled) from None
 
     async def _attempt(self) -> None:
+        self.decoder = None  # (a failed attempt's owes nothing: it was retried)
         response = await self._send()
         self.response = response
         if response.status >= 300:  # redirects are not followed (see stream_updates)
@@ -742,7 +756,7 @@ class _StreamCall:
                 content_type,
             )
         request = self.request
-        decoder = UpdateDecoder(
+        self.decoder = decoder = UpdateDecoder(
             request.dialect,
             max_line_bytes=request.max_line_bytes,
             max_event_bytes=request.max_event_bytes,

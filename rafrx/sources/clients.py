@@ -609,14 +609,17 @@ class OpenAIChatClient(LLMClient):
     """OpenAI chat completions and every compatible server (DeepSeek, Groq,
     OpenRouter, Ollama, vLLM, llama.cpp, Gemini, Mistral, xAI, Azure …).
 
-    Sends ``stream: true`` with ``stream_options.include_usage``; tools as
-    ``{"type": "function", "function": {...}}``. Besides :class:`LLMClient`'s
-    arguments, ``reasoning_field``: the assistant message field that carries a
-    past turn's reasoning back, ``"reasoning_content"`` by default (DeepSeek's,
-    which refuses a tool loop without it; Kimi and Qwen read it too),
-    ``"reasoning"`` (Ollama's), or ``None`` to send no reasoning, nor OpenRouter's
-    ``reasoning_details``, LiteLLM's ``thinking_blocks`` or a call's Gemini
-    ``extra_content`` (a server that refuses unknown fields, such as StepFun's).
+    Sends ``stream: true`` with ``stream_options.include_usage``
+    (``stream_options=None`` sends none, for a server that refuses the field);
+    tools as ``{"type": "function", "function": {...}}``, and ``tool_choice``
+    and ``parallel_tool_calls`` only with tools (OpenAI refuses them alone).
+    Besides :class:`LLMClient`'s arguments, ``reasoning_field``: the assistant
+    message field that carries a past turn's reasoning back,
+    ``"reasoning_content"`` by default (DeepSeek's, which refuses a tool loop
+    without it; Kimi and Qwen read it too), ``"reasoning"`` (Ollama's), or
+    ``None`` to send no reasoning, nor OpenRouter's ``reasoning_details``,
+    LiteLLM's ``thinking_blocks`` or a call's Gemini ``extra_content`` (a
+    server that refuses unknown fields, such as StepFun's).
 
     Example:
         >>> client = OpenAIChatClient("http://127.0.0.1:1", model="m", reasoning_field=None)
@@ -684,10 +687,16 @@ class OpenAIChatClient(LLMClient):
         return payload
 
     def _complete(self, payload: dict[str, Any]) -> dict[str, Any]:
-        """``stream_options`` given by the user keep ``include_usage`` unless they set it."""
+        """``stream_options`` given by the user keep ``include_usage`` unless they set it,
+        and go when set to ``None``; the tool options go when no tools do."""
         options = payload.get("stream_options")
-        if isinstance(options, Mapping) and "include_usage" not in options:
+        if options is None:
+            payload.pop("stream_options", None)
+        elif isinstance(options, Mapping) and "include_usage" not in options:
             payload["stream_options"] = {"include_usage": True, **options}
+        if not payload.get("tools"):  # ("only allowed when 'tools' are specified")
+            payload.pop("tool_choice", None)
+            payload.pop("parallel_tool_calls", None)
         return payload
 
     async def __aenter__(self) -> OpenAIChatClient:
@@ -885,13 +894,16 @@ class OpenAIResponsesClient(LLMClient):
         them). With ``store: false`` nothing is kept server side: they go whole, and
         the request asks for the reasoning items' ``encrypted_content``, and sends none
         that lacks it (the API would look it up by id, and fail)."""
+        items = payload.get("input") or ()
         if payload.get("store") is not False:
-            payload["input"] = [_by_reference(item) for item in payload.get("input") or ()]
+            if not isinstance(items, str):  # (a string is the API's one user message)
+                payload["input"] = [_by_reference(item) for item in items]
             return payload
         include = list(payload.get("include") or ())
         if "reasoning.encrypted_content" not in include:
             payload["include"] = [*include, "reasoning.encrypted_content"]
-        payload["input"] = list(_resolvable(payload.get("input") or ()))
+        if not isinstance(items, str):
+            payload["input"] = list(_resolvable(items))
         return payload
 
     async def __aenter__(self) -> OpenAIResponsesClient:

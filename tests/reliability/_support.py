@@ -31,6 +31,7 @@ from rafrx.errors import IncompleteStream, RafrxError
 from rafrx.response import AgentResponse, AgentResponseResult
 from rafrx.sources import from_sse
 from rafrx.sources.clients import AnthropicClient, OpenAIChatClient, OpenAIResponsesClient
+from rafrx.sources.dialects.anthropic import anthropic_usage
 
 __all__ = [
     "CLIENTS",
@@ -225,6 +226,23 @@ class FullRun:
         finishes = [x for x in self.outcome.updates if isinstance(x, u.Finish)]
         assert len(finishes) == 1
         return finishes[0]
+
+    def owed_after(self, n_events: int) -> list[u.AgentResponseUpdate]:
+        """What a stream failing after its first ``n_events`` events still delivers
+        before the error: Anthropic's usage reported so far (``message_start``'s,
+        updated by any ``message_delta``), which only the ``Finish`` would carry."""
+        if self.dialect != "anthropic":  # (the Responses one owes a response.failed's)
+            return []
+        usage: dict[str, Any] = {}
+        for event in self.events[:n_events]:
+            payload = event.json()
+            if isinstance(payload, dict):
+                message = payload.get("message")
+                if payload.get("type") == "message_start" and isinstance(message, dict):
+                    usage.update(message.get("usage") or {})
+                elif payload.get("type") == "message_delta":
+                    usage.update(payload.get("usage") or {})
+        return [u.Usage(anthropic_usage(usage))] if usage else []
 
     def chat_usage_after(self, n_events: int) -> Any:
         """The last ``usage`` object among the first ``n_events`` chat chunks."""

@@ -173,9 +173,12 @@ async def test_closed_mid_stream_is_stream_interrupted(llm_server: LLMServer, fm
 
 
 def _updates(body: bytes, fmt: str) -> list[u.AgentResponseUpdate]:
+    """What a stream failing after ``body`` delivers: its events' updates, then what
+    it owes (Anthropic's usage reported so far, which only a ``Finish`` carries)."""
     from rafrx.sources import UpdateDecoder
 
-    return UpdateDecoder(fmt).feed(body)
+    decoder = UpdateDecoder(fmt)
+    return decoder.feed(body) + decoder.salvage()
 
 
 # ---------------------------------------------------------------- stalls

@@ -112,7 +112,7 @@ def check_updates(
         assert isinstance(updates[-1], u.Finish), where
     else:
         assert isinstance(error, IncompleteStream), f"{where}: {error!r}"
-        assert updates == full[: run.counts[n]], where
+        assert updates == full[: run.counts[n]] + run.owed_after(n), where
 
 
 def check_cut(run: FullRun, cut: int, got: Outcome, *, transport: bool = False) -> None:
@@ -162,10 +162,10 @@ def check_cut(run: FullRun, cut: int, got: Outcome, *, transport: bool = False) 
         error = got.error
         expected_type = StreamInterrupted if transport else IncompleteStream
         assert isinstance(error, expected_type), f"{where}: {error!r}"
-        assert got.updates == prefix, where
+        assert got.updates == prefix + run.owed_after(n), where
         assert error.partial is not None, where
         assert error.partial.interrupted, where
-        partial = expected_partial(prefix)
+        partial = expected_partial(prefix + run.owed_after(n))
         assert normalized(error.partial, run.body) == normalized(partial, run.body), where
         text = "".join(x.delta for x in prefix if isinstance(x, u.TextDelta))
         assert error.partial.text == text, where
@@ -302,10 +302,15 @@ async def test_cut_by_a_reset_connection_via_the_client(llm_server: LLMServer, p
             if run.terminal_at is not None and n >= run.terminal_at and got.error is None:
                 assert got.updates == full
                 continue
-            # a reset may discard bytes still in flight: a shorter prefix, never more
+            # a reset may discard bytes still in flight: a shorter prefix, never more,
+            # then the usage reported by then (Anthropic's: only a Finish carries it)
             assert isinstance(got.error, RafrxError), repr(got.error)
-            assert got.updates == full[: len(got.updates)]
-            assert len(got.updates) <= run.counts[n]
+            updates = got.updates
+            if updates and isinstance(updates[-1], u.Usage) and run.dialect == "anthropic":
+                assert any(updates[-1:] == run.owed_after(m) for m in range(n + 1))
+                updates = updates[:-1]
+            assert updates == full[: len(updates)]
+            assert len(updates) <= run.counts[n]
             assert got.error.partial is not None
             assert got.error.partial.interrupted
     await llm_server.wait_connections_closed()

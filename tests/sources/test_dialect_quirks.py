@@ -527,7 +527,8 @@ def test_anthropic_overloaded_error_after_text_keeps_partial_and_is_typed() -> N
         ),
     )
     items, errors, done = updates(body, "anthropic")
-    assert items == [u.ResponseMetadata("msg_1", "claude-x"), u.TextDelta("Hel")]
+    start_usage = u.Usage(Usage(15, 1, 16, cached_tokens=5))  # (message_start's, salvaged)
+    assert items == [u.ResponseMetadata("msg_1", "claude-x"), u.TextDelta("Hel"), start_usage]
     assert not done
     assert len(errors) == 1
     err = errors[0]

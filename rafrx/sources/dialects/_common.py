@@ -50,6 +50,11 @@ class Dialect(Protocol):
 
     One instance reads one stream. Call :meth:`feed` with each decoded event
     until :attr:`done` is true, then :meth:`close` once.
+
+    A dialect may also have ``salvage() -> list[AgentResponseUpdate]``: what it
+    still owes once the stream failed (usually the usage reported so far, which
+    would have come with the ``Finish``); :meth:`UpdateDecoder.salvage
+    <rafrx.sources.UpdateDecoder.salvage>` calls it.
     """
 
     @property

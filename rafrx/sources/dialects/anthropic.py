@@ -85,6 +85,7 @@ from rafrx.updates import (
     ToolCallEnd,
     ToolCallStart,
     Uri,
+    Usage,
 )
 
 __all__ = ["AnthropicDialect", "anthropic_usage"]
@@ -236,6 +237,14 @@ class AnthropicDialect:
         if self._stop_reason is None:
             raise IncompleteStream("the stream ended without message_stop or a stop_reason")
         return self._finish()
+
+    def salvage(self) -> list[AgentResponseUpdate]:
+        """After the stream failed: the usage reported so far (``message_start``'s), which
+        only the ``Finish`` would have carried; see :meth:`UpdateDecoder.salvage`."""
+        if self._done or not self._usage:
+            return []
+        self._done = True
+        return [Usage(anthropic_usage(self._usage))]
 
     # ------------------------------------------------------------ handlers
 

@@ -98,6 +98,7 @@ from rafrx.updates import (
     ToolCallEnd,
     ToolCallStart,
     Uri,
+    Usage,
 )
 
 __all__ = ["OpenAIResponsesDialect", "responses_usage"]
@@ -148,6 +149,7 @@ class OpenAIResponsesDialect:
         "_finished_at",
         "_finished_messages",
         "_meta_sent",
+        "_owed",
         "_placed",
         "_reasoned_at",
         "_reasoning_finals",
@@ -159,6 +161,7 @@ class OpenAIResponsesDialect:
 
     def __init__(self) -> None:
         self._done = False
+        self._owed: response.Usage | None = None  # a failed response's usage (salvage())
         self._meta_sent = False
         self._streamed_text = False  # a text delta came: the .done events repeat it
         self._texted: set[str | None] = set()  # the message items whose text was sent
@@ -199,11 +202,20 @@ class OpenAIResponsesDialect:
             body = get_object(event, data, "response") or {}
             error = dict(get_object(event, body, "error") or {})
             error.setdefault("type", error.get("code"))  # failed responses carry only a code
+            usage = body.get("usage")
+            if type(usage) is dict:
+                self._owed = responses_usage(usage)
             raise provider_error(event, error, "the response failed")
         handler = _HANDLERS.get(kind)
         if handler is None:
             return []
         return handler(self, event, data)
+
+    def salvage(self) -> list[AgentResponseUpdate]:
+        """After the stream failed: the usage ``response.failed`` reported, if it did;
+        see :meth:`UpdateDecoder.salvage`."""
+        usage, self._owed = self._owed, None
+        return [] if usage is None else [Usage(usage)]
 
     def close(self) -> list[AgentResponseUpdate]:
         """End of input.
