@@ -57,17 +57,25 @@ def let_go(error: E) -> E:
     raised, but the frames it went through are cleared of their locals (a
     response, the last chunk of a body, a conversation), and the frames still
     running (where it was caught, and their callers) leave the traceback,
-    whose locals could not be cleared.
+    whose locals could not be cleared. A frame left still links to its
+    caller, though, when that caller called it directly, or awaited it on
+    Python 3.12 and later; the caller is running, so its locals would stay
+    with the error once it ends. Such a traceback is kept as text instead, in
+    a note (:func:`traceback.print_exception` shows it).
 
     Example:
-        >>> def fail(big: bytes) -> None:
+        >>> async def fail(big: bytes) -> None:
         ...     raise ValueError("no")
-        >>> try:
-        ...     fail(b"x" * 10**6)
-        ... except ValueError as caught:
-        ...     error = let_go(caught)
-        >>> error.__traceback__.tb_frame.f_code.co_name, error.__traceback__.tb_frame.f_locals
-        ('fail', {})
+        >>> async def call() -> ValueError:
+        ...     try:
+        ...         await fail(b"x" * 10**6)
+        ...     except ValueError as caught:
+        ...         return let_go(caught)
+        >>> error = asyncio.run(call())
+        >>> error.__traceback__ is None or error.__traceback__.tb_frame.f_locals == {}
+        True
+        >>> "in fail" in "".join(traceback.format_exception(error))
+        True
     """
     running: set[FrameType] = set()
     frame: FrameType | None = sys._getframe(1)
@@ -84,11 +92,17 @@ def let_go(error: E) -> E:
         tb = each.__traceback__
         while tb is not None and tb.tb_frame in running:
             tb = tb.tb_next
-        each.__traceback__ = tb
         if tb is not None:
             traceback.clear_frames(tb)
+            if tb.tb_frame.f_back in running:
+                each.add_note(_KEPT_AS_TEXT + "".join(traceback.format_tb(tb)).rstrip())
+                tb = None
+        each.__traceback__ = tb
         chain += [each.__cause__, each.__context__]
     return error
+
+
+_KEPT_AS_TEXT = "Traceback (most recent call last; kept as text, with no frames):\n"
 
 
 def detached(error: E) -> E:

@@ -130,7 +130,8 @@ def parse_docstring(doc: str | None) -> tuple[str, dict[str, str]]:
     """
     if not doc:
         return "", {}
-    lines = inspect.cleandoc(doc).splitlines()
+    # (Windows line ends first: Python 3.13's cleandoc keeps the indent of "\r"-ended lines)
+    lines = inspect.cleandoc("\n".join(doc.splitlines())).splitlines()
     return _description(lines), {**_numpy(lines), **_sphinx(lines), **_google(lines)}
 
 

@@ -39,6 +39,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Annotated, Any, Literal, TypeAlias, Union
 
 import attrs
+import typing_extensions
 
 from rafrx._constraints import annotated_schema, bounded
 from rafrx._docstrings import parse_docstring
@@ -72,12 +73,12 @@ def _identity(value: Any) -> Any:
     return value
 
 
-def type_schema(hint: Any, seen: tuple[type, ...] = ()) -> tuple[dict[str, Any], Converter]:
+def type_schema(hint: Any, seen: tuple[Any, ...] = ()) -> tuple[dict[str, Any], Converter]:
     """The JSON schema of a type hint, and the converter from validated JSON to it.
 
     Args:
         hint: The type hint (``Any``/``object``/no hint allow any value).
-        seen: The attrs classes being expanded, to refuse recursive types.
+        seen: The classes and type aliases being expanded, to refuse recursive types.
 
     Raises:
         TypeError: the hint has no JSON schema (or is recursive, is a
@@ -97,6 +98,8 @@ def type_schema(hint: Any, seen: tuple[type, ...] = ()) -> tuple[dict[str, Any],
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if hint is Any or hint is inspect.Parameter.empty or hint is object:
         return {}, _identity
+    if isinstance(hint, _TYPE_ALIASES) or isinstance(origin, _TYPE_ALIASES):
+        return _alias_schema(hint, seen)
     if origin is Annotated:
         schema, convert = type_schema(args[0], seen)
         return annotated_schema(schema, args[1:]), bounded(convert, args[1:])
@@ -139,6 +142,34 @@ def type_schema(hint: Any, seen: tuple[type, ...] = ()) -> tuple[dict[str, Any],
         if attrs.has(hint) or dataclasses.is_dataclass(hint) or _is_typeddict(hint):
             return _class_schema(hint, seen)
     raise TypeError(f"unsupported type in a tool schema: {hint!r}")
+
+
+#: What a ``type`` statement makes (Python 3.12), and its backport, a class of its own
+#: on Pythons that have the statement but not yet every feature of the backport.
+_TYPE_ALIASES: tuple[type, ...] = tuple(
+    kind
+    for kind in (typing_extensions.TypeAliasType, vars(typing).get("TypeAliasType"))
+    if kind is not None
+)
+
+
+def _alias_schema(hint: Any, seen: tuple[Any, ...]) -> tuple[dict[str, Any], Converter]:
+    """A ``type`` alias (``type Celsius = float``) as what it names; a generic one
+    (``Pair[int]`` of ``type Pair[T] = tuple[T, T]``) with its arguments put in.
+
+    Example:
+        >>> T = typing.TypeVar("T")
+        >>> Pair = typing_extensions.TypeAliasType("Pair", tuple[T, T], type_params=(T,))
+        >>> type_schema(Pair[int])[0]["prefixItems"]
+        [{'type': 'integer'}, {'type': 'integer'}]
+    """
+    alias: Any = hint if isinstance(hint, _TYPE_ALIASES) else typing.get_origin(hint)
+    if alias in seen:
+        raise TypeError(f"recursive types are not supported in a tool schema: {alias.__name__}")
+    value = alias.__value__
+    if alias is not hint:
+        value = value[typing.get_args(hint)]
+    return type_schema(value, (*seen, alias))
 
 
 def function_schema(fn: Callable[..., Any], docs: Mapping[str, str]) -> tuple[Any, Binder]:
@@ -255,7 +286,7 @@ def _fixed_keywords(fn: Callable[..., Any]) -> set[str]:
 def _object_schema(
     properties: Iterable[tuple[str, Any, Any]],
     docs: Mapping[str, str],
-    seen: tuple[type, ...],
+    seen: tuple[Any, ...],
 ) -> tuple[dict[str, Any], dict[str, Converter]]:
     """A closed object schema of ``(name, hint, default)`` triples, and each one's converter.
 
@@ -283,7 +314,7 @@ def _object_schema(
     return object_schema, converters
 
 
-def _class_schema(cls: type, seen: tuple[type, ...]) -> tuple[dict[str, Any], Converter]:
+def _class_schema(cls: type, seen: tuple[Any, ...]) -> tuple[dict[str, Any], Converter]:
     """An attrs class, a dataclass or a ``TypedDict`` as a closed object schema.
 
     The JSON object becomes an instance (a plain ``dict`` for a ``TypedDict``);
@@ -363,7 +394,7 @@ def _typeddict_keys(cls: type, hints: Mapping[str, Any]) -> Iterator[tuple[str, 
         yield name, hint, _REQUIRED if required else _NO_DEFAULT
 
 
-def _union_schema(args: tuple[Any, ...], seen: tuple[type, ...]) -> tuple[dict[str, Any], Any]:
+def _union_schema(args: tuple[Any, ...], seen: tuple[Any, ...]) -> tuple[dict[str, Any], Any]:
     members = [a for a in args if a is not type(None)]
     nullable = len(members) < len(args)
     parts = [type_schema(a, seen) for a in members]
@@ -392,7 +423,7 @@ def _union_schema(args: tuple[Any, ...], seen: tuple[type, ...]) -> tuple[dict[s
     return {"anyOf": any_of}, convert
 
 
-def _tuple_schema(args: tuple[Any, ...], seen: tuple[type, ...]) -> tuple[dict[str, Any], Any]:
+def _tuple_schema(args: tuple[Any, ...], seen: tuple[Any, ...]) -> tuple[dict[str, Any], Any]:
     if len(args) == 2 and args[1] is Ellipsis:
         item_schema, item = type_schema(args[0], seen)
         return {"type": "array", "items": item_schema}, lambda v: tuple(item(x) for x in v)

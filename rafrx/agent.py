@@ -39,6 +39,7 @@ import asyncio
 import logging
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from concurrent.futures import Future
 from typing import Any, Protocol, TypeAlias
 
 from reactivex import Observable, abc
@@ -232,7 +233,7 @@ class Agent:
         self.concurrency = concurrency
         self.max_result_chars = max_result_chars
         self.approval_timeout = approval_timeout
-        self._saving: set[asyncio.Future[None]] = set()  # history saves running
+        self._saving: set[Future[None]] = set()  # history saves running, on any thread's loop
         self._turns: set[_Turn] = set()  # turns running (not yet ended nor stopped)
         self._executor()  # validates the tool table (duplicate names, concurrency) up front
 
@@ -344,19 +345,26 @@ def _goes_on(step: AgentResponse) -> bool:
     )
 
 
-async def _to_its_end(save: Awaitable[None], pending: set[asyncio.Future[None]]) -> None:
+async def _to_its_end(save: Awaitable[None], pending: set[Future[None]]) -> None:
     """Await a history save to its end, even when the turn is stopped meanwhile.
 
     A save cut short could keep a tool call without its result, which every
     later request on that history would be refused for. The save is in
     ``pending`` while it runs: a turn loads, and saves, only once the agent's
     other saves are over (no turn reads a half-saved history, and two saves
-    never interleave). A stopped turn ends at once and leaves its save
-    running; a failure no one is left to hear is logged.
+    never interleave), whichever thread's event loop runs them. A stopped
+    turn ends at once and leaves its save running; a failure no one is left
+    to hear is logged.
     """
     saving = asyncio.ensure_future(save)
-    pending.add(saving)
-    saving.add_done_callback(pending.discard)
+    ended: Future[None] = Future()  # (thread-safe: another loop's turn may wait for it)
+    pending.add(ended)
+
+    def end(_: asyncio.Future[None]) -> None:
+        pending.discard(ended)
+        ended.set_result(None)
+
+    saving.add_done_callback(end)
     try:
         await asyncio.shield(saving)
     except asyncio.CancelledError:
@@ -364,10 +372,10 @@ async def _to_its_end(save: Awaitable[None], pending: set[asyncio.Future[None]])
         raise
 
 
-async def _settled(pending: set[asyncio.Future[None]]) -> None:
-    """Wait until no history save of the agent is running."""
+async def _settled(pending: set[Future[None]]) -> None:
+    """Wait until no history save of the agent is running (on any thread's loop)."""
     while pending:
-        await asyncio.wait(set(pending))
+        await asyncio.wait([asyncio.wrap_future(saving) for saving in set(pending)])
 
 
 def _log_failed_save(saving: asyncio.Future[None]) -> None:

@@ -22,13 +22,16 @@ import contextlib
 import gc
 import itertools
 import logging
+import sys
 import threading
 import time
+import typing
 import warnings
 from collections.abc import Awaitable, Callable, Coroutine, Iterator
-from typing import Any, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 import pytest
+import typing_extensions
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from reactivex import operators as rx
@@ -714,3 +717,87 @@ def test_a_turn_on_a_worker_threads_loop_disposed_from_the_main_thread() -> None
     assert len(got) == count
     assert ended == []
     assert watch.problems() == []
+
+
+class _SlowHistory(InMemoryHistoryProvider):
+    """A history kept in a database: a save takes a moment."""
+
+    async def save(self, messages: Any) -> None:
+        await asyncio.sleep(0.2)
+        await super().save(messages)
+
+
+def test_one_agent_used_from_threads_each_running_their_own_loop_at_once() -> None:
+    """A sync web app keeps one agent per conversation and each request thread runs
+    ``asyncio.run(agent.send(...))``: on a double submit, turns of one agent run on
+    two loops at once. A turn waiting for another loop's history save is woken when it
+    ends (it hung: an asyncio future awaited from another thread's loop)."""
+    with LLMServer.in_thread() as server:
+        server.script(lambda request: Reply(text="ok"))
+        client = OpenAIChatClient(server.url, model="m")
+        history = _SlowHistory()
+        agent = Agent(client, history=history)
+
+        def work(i: int) -> str:
+            async def turn() -> str:
+                return (await asyncio.wait_for(agent.send(f"message {i}"), 10)).text
+
+            return asyncio.run(turn())
+
+        results = in_threads(4, work)
+        saved = asyncio.run(history.load())
+    assert results == ["ok"] * 4
+    assert [m.role.value for m in saved] == ["user", "assistant"] * 4
+    assert sorted(m.content for m in saved[::2]) == [f"message {i}" for i in range(4)]
+
+
+# ---------------------------------------------------------------- Python 3.12's type aliases
+
+T_ = TypeVar("T_")
+# What ``type Celsius = float``, ``type Unit = Literal["c", "f"]``, ``type Pair[T] = tuple[T,
+# T]`` and ``type Tree = list[Tree]`` make on 3.12 (the same class backported on 3.11).
+Celsius = typing_extensions.TypeAliasType("Celsius", float)
+Unit = typing_extensions.TypeAliasType("Unit", Literal["c", "f"])
+Pair = typing_extensions.TypeAliasType("Pair", tuple[T_, T_], type_params=(T_,))
+
+
+def _tree() -> Any:
+    """``type Tree = list[Tree]``: on 3.11, whose aliases cannot name themselves, a name
+    the alias cannot resolve."""
+    if sys.version_info >= (3, 12):
+        namespace: dict[str, Any] = {}
+        exec("type Tree = list[Tree]", namespace)
+        return namespace["Tree"]
+    return typing_extensions.TypeAliasType("Tree", list[typing.ForwardRef("Tree")])
+
+
+def test_a_tool_takes_type_aliases_as_what_they_name() -> None:
+    """PEP 695 aliases, bare, generic, in ``Annotated`` and in containers: the schema
+    and the conversion of the value they name."""
+
+    def set_temperature(
+        room: str,
+        value: Celsius,  # type: ignore[valid-type]
+        unit: Unit = "c",  # type: ignore[valid-type]
+        corners: Pair[int] = (0, 0),  # type: ignore[valid-type]
+        limits: list[Annotated[Celsius, "°C"]] | None = None,  # type: ignore[valid-type]
+    ) -> str:
+        """Set a room's temperature."""
+        return f"{room}: {value!r} {unit} {corners} {limits}"
+
+    made = tool(set_temperature)
+    properties = made.parameters["properties"]
+    assert properties["value"] == {"type": "number"}
+    assert properties["unit"]["enum"] == ["c", "f"]
+    assert properties["corners"]["prefixItems"] == [{"type": "integer"}] * 2
+    arguments = {"room": "hall", "value": 21, "corners": [1, 2], "limits": [18]}
+    assert asyncio.run(made.invoke(arguments)) == "hall: 21.0 c (1, 2) [18.0]"
+
+
+def test_a_recursive_type_alias_is_refused_when_the_tool_is_made() -> None:
+    def plant(tree: Any) -> None:
+        """Plant a tree."""
+
+    plant.__annotations__["tree"] = _tree()
+    with pytest.raises(TypeError, match=r"Tree"):
+        tool(plant)

@@ -704,8 +704,8 @@ class _StreamCall:
                     if delay is None:
                         if attempt > 1:
                             _note_attempts(err, attempt)
-                        error = let_go(err)  # (kept by the user: the call goes with it)
-                        self._end(self._salvaged(error))
+                        # (kept by the user: the call goes with it; and no local holds it)
+                        self._end(self._salvaged(let_go(err)))
                         return
                     if self.held:
                         self.held.clear()  # the failed attempt's metadata: never seen

@@ -27,6 +27,7 @@ import contextlib
 import gc
 import os
 import socket
+import traceback
 import types
 import warnings
 import weakref
@@ -38,6 +39,7 @@ import pytest
 import reactivex
 
 import rafrx
+import rafrx._cycles
 from rafrx import ChatMessage, FinishReason
 from rafrx import operators as ops
 from rafrx.agent import Agent
@@ -681,3 +683,64 @@ async def test_150_failed_calls_leave_no_growing_garbage(llm_server: LLMServer) 
             f"{growth} more live rafrx objects after 150 failed calls than after 50 "
             f"({counts}); cycles (first 3):\n  {report}"
         )
+
+
+# ---------------------------------------------------------------- let_go
+
+
+class _Held:
+    """A local a frame holds, to see whether a kept error keeps the frame."""
+
+
+def _raise_here() -> None:
+    raise ValueError("deep")
+
+
+def _caught_by_a_direct_caller(refs: list[weakref.ref[Any]]) -> ValueError:
+    held = _Held()
+    refs.append(weakref.ref(held))
+    try:
+        _raise_here()  # (a plain call: its frame links back here, a running frame)
+    except ValueError as caught:
+        return rafrx._cycles.let_go(caught)
+    raise AssertionError("unreachable")
+
+
+async def _raise_when_awaited() -> None:
+    await asyncio.sleep(0)
+    raise ValueError("deep")
+
+
+async def _caught_by_an_awaiting_caller(refs: list[weakref.ref[Any]]) -> ValueError:
+    held = _Held()
+    refs.append(weakref.ref(held))
+    try:
+        await _raise_when_awaited()  # (links back here on Python 3.12 and later)
+    except ValueError as caught:
+        return rafrx._cycles.let_go(caught)
+    raise AssertionError("unreachable")
+
+
+@pytest.mark.parametrize("caller", ["direct", "awaiting"])
+def test_a_kept_error_keeps_no_running_frame_only_where_it_was_raised(caller: str) -> None:
+    """``let_go`` keeps no frame that links back to one still running when it ran (that
+    frame's locals would stay with the error once it ends): the traceback of such an
+    error is kept as text, in a note that says where it was raised."""
+    refs: list[weakref.ref[Any]] = []
+    gc.collect()
+    gc.disable()
+    try:
+        if caller == "direct":
+            error = _caught_by_a_direct_caller(refs)
+        else:
+            error = asyncio.run(_caught_by_an_awaiting_caller(refs))
+        assert refs[0]() is None, "the caller's locals live on in the kept error"
+    finally:
+        gc.enable()
+    shown = "".join(traceback.format_exception(error))
+    assert "_raise_" in shown
+    assert "deep" in shown
+    tb = error.__traceback__
+    while tb is not None:
+        assert tb.tb_frame.f_locals == {}
+        tb = tb.tb_next
