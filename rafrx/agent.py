@@ -181,6 +181,12 @@ class Agent:
             while the model still streams later calls.
         approval_timeout: Seconds an approval request may wait for its
             answer; then the call is denied (``None``: no limit).
+        reset_tool_choice: Once an LLM call of the turn used tools, send
+            the turn's later calls with ``tool_choice`` back to auto when the
+            client's forces a tool call (``"required"``, a named tool,
+            Anthropic's ``any``), which would never let the model answer (as
+            OpenAI's Agents SDK does). For clients with ``params`` (rafrx's);
+            ``False`` sends the client's ``tool_choice`` every time.
 
     The arguments are kept as attributes of the same names; assigning
     ``tools`` or ``approver`` takes effect from the next LLM call on.
@@ -218,6 +224,7 @@ class Agent:
         max_result_chars: int = 100_000,
         eager_tools: bool = False,
         approval_timeout: float | None = None,
+        reset_tool_choice: bool = True,
     ) -> None:
         if max_steps < 1:
             raise ValueError(f"max_steps must be at least 1, got {max_steps}")
@@ -233,7 +240,9 @@ class Agent:
         self.concurrency = concurrency
         self.max_result_chars = max_result_chars
         self.approval_timeout = approval_timeout
+        self.reset_tool_choice = reset_tool_choice
         self._saving: set[Future[None]] = set()  # history saves running, on any thread's loop
+        self._loading: set[Future[None]] = set()  # and loads
         self._turns: set[_Turn] = set()  # turns running (not yet ended nor stopped)
         self._executor()  # validates the tool table (duplicate names, concurrency) up front
 
@@ -372,15 +381,56 @@ async def _to_its_end(save: Awaitable[None], pending: set[Future[None]]) -> None
         raise
 
 
-async def _settled(pending: set[Future[None]]) -> None:
-    """Wait until no history save of the agent is running (on any thread's loop)."""
-    while pending:
-        await asyncio.wait([asyncio.wrap_future(saving) for saving in set(pending)])
+async def _settled(*pending: set[Future[None]]) -> None:
+    """Wait until no history save (or load) of the agent is running, on any thread's loop."""
+    while any(pending):
+        await asyncio.wait([asyncio.wrap_future(f) for running in pending for f in set(running)])
+
+
+async def _loaded(load: Awaitable[Any], pending: set[Future[None]]) -> Any:
+    """Await a history load, in ``pending`` meanwhile: a save waits for the loads
+    running (one that read half of it would think a call's result lost)."""
+    loading: Future[None] = Future()
+    pending.add(loading)
+    try:
+        return await load
+    finally:
+        pending.discard(loading)
+        loading.set_result(None)
 
 
 def _log_failed_save(saving: asyncio.Future[None]) -> None:
     if not saving.cancelled() and saving.exception() is not None:
         logger.error("saving a stopped turn's history failed", exc_info=saving.exception())
+
+
+def _unforced(choice: Any) -> Any:
+    """The ``tool_choice`` that lets the model answer, for one forcing a tool call;
+    ``None`` for one that does not. OpenAI's ``"required"`` or a named tool become
+    ``"auto"``, its ``allowed_tools`` go in ``auto`` mode; Anthropic's ``any`` or a
+    named tool become its ``auto`` (keeping ``disable_parallel_tool_use``).
+
+    Example:
+        >>> _unforced("required"), _unforced({"type": "tool", "name": "f"})
+        ('auto', {'type': 'auto'})
+        >>> _unforced("auto"), _unforced({"type": "auto"}), _unforced(None)
+        (None, None, None)
+    """
+    if choice == "required":
+        return "auto"
+    if not isinstance(choice, Mapping) or choice.get("type") in ("auto", "none", None):
+        return None
+    kind = choice["type"]
+    if kind in ("any", "tool"):
+        keep = {k: v for k, v in choice.items() if k == "disable_parallel_tool_use"}
+        return {"type": "auto", **keep}
+    if kind == "allowed_tools":
+        inner = choice.get("allowed_tools")  # (chat nests them; the Responses API does not)
+        if isinstance(inner, Mapping):
+            forced = inner.get("mode") == "required"
+            return {**choice, "allowed_tools": {**inner, "mode": "auto"}} if forced else None
+        return {**choice, "mode": "auto"} if choice.get("mode") == "required" else None
+    return "auto"  # a named tool of OpenAI's: a function, a custom or a hosted tool
 
 
 def _aborted(cause: BaseException) -> RuntimeError:
@@ -468,7 +518,8 @@ class _Turn:
         history: list[ChatMessage] = []
         if agent.history is not None:
             await _settled(agent._saving)  # another turn's save: load what it saves
-            loaded = _messages_from(agent.history, "load()", await agent.history.load())
+            loaded = await _loaded(agent.history.load(), agent._loading)
+            loaded = _messages_from(agent.history, "load()", loaded)
             repaired = _paired_before(loaded, self.new_input)
             history = [m.with_source(MessageSource.CHAT_HISTORY) for m in repaired]
         context: list[ChatMessage] = []
@@ -482,10 +533,11 @@ class _Turn:
     async def loop(self) -> None:
         agent = self.agent
         conversation = await self.messages()
-        calling = False
+        calling = used_tools = False
         for _ in range(agent.max_steps):
-            step = await self.step(conversation)
+            step = await self.step(conversation, self.unforced() if used_tools else {})
             calling = any(call.complete for call in step.tool_calls)
+            used_tools = used_tools or calling
             if not calling and not _goes_on(step):
                 break  # (a call cut short never ran: nothing for the model to read)
             conversation.extend(step.turn_transcript)  # (paused: it goes on from there)
@@ -511,12 +563,24 @@ class _Turn:
             # the answer broke off, as after an in-band error event, whose turn is not saved.
             logger.warning("a turn the server ended with an error was not saved to history")
             return
-        await _settled(agent._saving)  # one save at a time: rows never interleave
+        await _settled(agent._saving, agent._loading)  # one save at a time, read whole
         save = agent.history.save([*self.new_input, *response.turn_transcript])
         await _to_its_end(save, agent._saving)
 
-    async def step(self, messages: Sequence[ChatMessage]) -> AgentResponse:
-        """One LLM call and its tool runs; every result is forwarded downstream."""
+    def unforced(self) -> dict[str, Any]:
+        """The body fields of a call after the turn used tools (see ``reset_tool_choice``)."""
+        agent = self.agent
+        params = getattr(agent.client, "params", None)
+        if not agent.reset_tool_choice or not isinstance(params, Mapping):
+            return {}
+        choice = _unforced(params.get("tool_choice"))
+        return {} if choice is None else {"tool_choice": choice}
+
+    async def step(
+        self, messages: Sequence[ChatMessage], params: Mapping[str, Any]
+    ) -> AgentResponse:
+        """One LLM call (with these body ``params``, if any) and its tool runs; every
+        result is forwarded downstream."""
         agent = self.agent
         done: Outcome[None] = Outcome()
         step = ResponseAggregator(agent.id)
@@ -531,7 +595,8 @@ class _Turn:
             except Exception as exc:  # a downstream callback failed: end the turn with it
                 done.set_exception(exc)
 
-        source = agent.client.stream(tuple(messages), agent.tools or None)
+        stream: Callable[..., Observable[Update]] = agent.client.stream  # (params: rafrx's)
+        source = stream(tuple(messages), agent.tools or None, **params)
         results = source.pipe(convert(eager=agent.eager_tools), agent._executor())
         subscription = results.subscribe(on_next, done.set_exception, lambda: done.set_result(None))
         self.current = subscription

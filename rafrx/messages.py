@@ -455,6 +455,7 @@ def paired(messages: Iterable[ChatMessage]) -> list[ChatMessage]:
     """
     items = list(messages)
     out: list[ChatMessage] = []
+    server_calls: set[str] = set()  # the ids of Anthropic's server tool uses so far
     i = 0
     while i < len(items):
         msg = items[i]
@@ -462,6 +463,8 @@ def paired(messages: Iterable[ChatMessage]) -> list[ChatMessage]:
         if msg.role is MessageRole.TOOL:
             _log.warning("dropped a tool result for call %r: no call before it", msg.tool_call_id)
             continue
+        if msg.role is MessageRole.ASSISTANT and msg.provider_data:
+            msg = _server_results_paired(msg, server_calls)
         out.append(msg)
         calls = msg.tool_calls or () if msg.role is MessageRole.ASSISTANT else ()
         if not calls:
@@ -495,6 +498,28 @@ def paired(messages: Iterable[ChatMessage]) -> list[ChatMessage]:
             _log.warning("dropped a tool result for call %r: no such call", extra.tool_call_id)
         out.extend(notes)
     return out
+
+
+def _server_results_paired(msg: ChatMessage, server_calls: set[str]) -> ChatMessage:
+    """``msg`` without the results of Anthropic's server tools (``web_search_tool_result``
+    …) whose use came in no block before them (a history window that cut a paused turn
+    in two), which the API refuses; ``server_calls`` gets the uses it holds."""
+    data = msg.provider_data
+    blocks = data.get(ANTHROPIC_THINKING) if data else None
+    if data is None or not isinstance(blocks, tuple | list):
+        return msg
+    kept: list[Any] = []
+    for block in blocks:
+        kind = _block_type(block) or ""
+        if kind in ("server_tool_use", "mcp_tool_use") and isinstance(block.get("id"), str):
+            server_calls.add(block["id"])
+        elif kind.endswith("_tool_result") and block.get("tool_use_id") not in server_calls:
+            _log.warning("dropped a %s for %r: no use before it", kind, block.get("tool_use_id"))
+            continue
+        kept.append(block)
+    if len(kept) == len(blocks):
+        return msg
+    return attrs.evolve(msg, provider_data={**data, ANTHROPIC_THINKING: tuple(kept)})
 
 
 def _answer(

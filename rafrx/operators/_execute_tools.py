@@ -427,6 +427,8 @@ def execute_tools(
         table[t.name] = t
     if concurrency < 1:
         raise ValueError(f"concurrency must be at least 1, got {concurrency}")
+    if max_result_chars < 0:
+        raise ValueError(f"max_result_chars must be 0 or more, got {max_result_chars}")
     if approval_timeout is not None and not approval_timeout > 0:
         raise ValueError(f"approval_timeout must be positive or None, got {approval_timeout}")
 

@@ -32,6 +32,7 @@ from rafrx.response import AgentResponse, AgentResponseResult
 from rafrx.sources import from_sse
 from rafrx.sources.clients import AnthropicClient, OpenAIChatClient, OpenAIResponsesClient
 from rafrx.sources.dialects.anthropic import anthropic_usage
+from rafrx.sources.dialects.openai_chat import chat_usage
 
 __all__ = [
     "CLIENTS",
@@ -229,20 +230,46 @@ class FullRun:
 
     def owed_after(self, n_events: int) -> list[u.AgentResponseUpdate]:
         """What a stream failing after its first ``n_events`` events still delivers
-        before the error: Anthropic's usage reported so far (``message_start``'s,
-        updated by any ``message_delta``), which only the ``Finish`` would carry."""
+        before the error (``UpdateDecoder.salvage()``), read from the events' JSON:
+        the usage reported so far, which only the ``Finish`` would carry, after
+        Anthropic's blocks that came whole but not their end (signed thinking, a
+        server tool's result)."""
+        if self.dialect == "openai-chat":
+            usage = self.chat_usage_after(n_events)
+            return [] if usage is None else [u.Usage(chat_usage(usage))]
         if self.dialect != "anthropic":  # (the Responses one owes a response.failed's)
             return []
-        usage: dict[str, Any] = {}
+        totals: dict[str, Any] = {}
+        open_blocks: dict[int, dict[str, Any]] = {}
         for event in self.events[:n_events]:
             payload = event.json()
-            if isinstance(payload, dict):
-                message = payload.get("message")
-                if payload.get("type") == "message_start" and isinstance(message, dict):
-                    usage.update(message.get("usage") or {})
-                elif payload.get("type") == "message_delta":
-                    usage.update(payload.get("usage") or {})
-        return [u.Usage(anthropic_usage(usage))] if usage else []
+            if not isinstance(payload, dict):
+                continue
+            kind, index = payload.get("type"), payload.get("index")
+            if kind == "message_start":
+                totals.update(payload["message"].get("usage") or {})
+            elif kind == "message_delta":
+                totals.update(payload.get("usage") or {})
+            elif kind == "content_block_start":
+                open_blocks[index] = dict(payload["content_block"])
+            elif kind == "content_block_stop":
+                open_blocks.pop(index, None)
+            elif kind == "content_block_delta" and index in open_blocks:
+                delta, block = payload["delta"], open_blocks[index]
+                if delta["type"] == "thinking_delta":
+                    block["thinking"] = block.get("thinking", "") + delta["thinking"]
+                elif delta["type"] == "signature_delta":
+                    block["signature"] = delta["signature"]
+        owed: list[u.AgentResponseUpdate] = []
+        for _, block in sorted(open_blocks.items()):
+            if block["type"] == "thinking" and block.get("signature"):
+                whole = {k: block[k] for k in ("type", "thinking", "signature")}
+            elif block["type"].endswith("_tool_result"):
+                whole = block
+            else:
+                continue
+            owed.append(u.ReasoningDelta("", provider_data=whole))
+        return [*owed, u.Usage(anthropic_usage(totals))] if totals else owed
 
     def chat_usage_after(self, n_events: int) -> Any:
         """The last ``usage`` object among the first ``n_events`` chat chunks."""

@@ -148,7 +148,7 @@ def test_salvage_gives_the_usage_once_and_nothing_before_any_usage() -> None:
     decoder.feed(ANTHROPIC_START)
     assert decoder.salvage() == [u.Usage(START_USAGE)]
     assert decoder.salvage() == []
-    assert UpdateDecoder("openai-chat").salvage() == []  # (chat's usage comes at the end)
+    assert UpdateDecoder("openai-chat").salvage() == []  # (nothing received: nothing owed)
 
 
 def test_a_subscriber_error_is_reported_without_a_usage_after_it() -> None:

@@ -147,6 +147,12 @@ class _Block:
         self.extra: dict[str, Any] = {}  # a tool_use block's other members (its ``caller``)
 
 
+def _came_whole(block: _Block) -> bool:
+    """Whether a server tool's block came whole at its start (its result: Anthropic
+    streams only the tool's input)."""
+    return block.whole is not None and block.type.endswith("_tool_result")
+
+
 # A content_block_delta of text, arguments or thinking (nearly every event of a
 # stream), as typed structs that msgspec decodes into directly (1.4-1.6x faster per
 # event than dicts: python -m bench.json_decoders). Any other delta type, or a member
@@ -239,12 +245,21 @@ class AnthropicDialect:
         return self._finish()
 
     def salvage(self) -> list[AgentResponseUpdate]:
-        """After the stream failed: the usage reported so far (``message_start``'s), which
-        only the ``Finish`` would have carried; see :meth:`UpdateDecoder.salvage`."""
-        if self._done or not self._usage:
+        """After the stream failed: the blocks that came whole but not their end (a
+        signed thinking block, a server tool's result), and the usage reported so far
+        (``message_start``'s), which only the ``Finish`` would have carried; see
+        :meth:`UpdateDecoder.salvage`."""
+        if self._done:
             return []
         self._done = True
-        return [Usage(anthropic_usage(self._usage))]
+        out: list[AgentResponseUpdate] = []
+        for _, block in sorted(self._blocks.items()):
+            whole = block.signature if block.type == "thinking" else _came_whole(block)
+            if whole and not block.stopped:
+                out += self._stopped(block)
+        if self._usage:
+            out.append(Usage(anthropic_usage(self._usage)))
+        return out
 
     # ------------------------------------------------------------ handlers
 
@@ -405,6 +420,10 @@ class AnthropicDialect:
         block = self._blocks.get(self._index(event, data))
         if block is None or block.stopped:
             return []
+        return self._stopped(block)
+
+    def _stopped(self, block: _Block) -> list[AgentResponseUpdate]:
+        """The updates of a block's end."""
         block.stopped = True
         if block.type == "tool_use":
             ref = {"type": TOOL_USE_REF, "id": block.id, **block.extra}

@@ -94,6 +94,7 @@ from rafrx.updates import (
     TextDelta,
     ToolCallDelta,
     Uri,
+    Usage,
 )
 
 __all__ = ["OpenAIChatDialect", "chat_usage"]
@@ -295,6 +296,8 @@ class OpenAIChatDialect:
         if error is None and chunk.get("error_code") and "choices" not in chunk:  # FastChat's
             error = {"message": chunk.get("text"), "code": chunk["error_code"]}
         if error is not None:
+            if type(chunk.get("usage")) is dict:  # (OpenRouter's last chunk: salvage() gives it)
+                self._usage = chunk["usage"]
             raise provider_error(event, error if isinstance(error, dict) else {"message": error})
         out: list[AgentResponseUpdate] = []
         if not self._meta_sent and chunk.get("object") in _OBJECTS:
@@ -377,17 +380,37 @@ class OpenAIChatDialect:
         self._done = True
         return self._end()
 
+    def salvage(self) -> list[AgentResponseUpdate]:
+        """After the stream failed: what only its end would have given, as far as it
+        came (LiteLLM's thinking blocks, OpenRouter's reasoning details, the usage
+        reported); see :meth:`UpdateDecoder.salvage`."""
+        if self._done:
+            return []
+        self._done = True
+        out = self._held_reasoning()
+        if self._usage is not None:
+            out.append(Usage(chat_usage(self._usage)))
+        return out
+
     # ------------------------------------------------------------ internals
 
     def _end(self) -> list[AgentResponseUpdate]:
         """The updates at the end of the response: the end of custom calls' arguments,
-        OpenRouter's reasoning details, if any, then the ``Finish``."""
+        the reasoning blocks held, if any, then the ``Finish``."""
         out: list[AgentResponseUpdate] = []
         finish = self._finish_update(FinishReason.OTHER)
         if finish.finish_reason in (FinishReason.STOP, FinishReason.TOOL_CALLS):
             for index in sorted(self._custom):  # (else cut short: left open, as it came)
                 out.append(ToolCallDelta(index, None, None, CUSTOM_INPUT_TAIL))
         self._custom.clear()
+        out += self._held_reasoning()
+        out.append(finish)
+        return out
+
+    def _held_reasoning(self) -> list[AgentResponseUpdate]:
+        """LiteLLM's thinking blocks and OpenRouter's reasoning details, merged: they
+        go once, at the end."""
+        out: list[AgentResponseUpdate] = []
         if self._thinking.blocks:
             blocks = self._thinking.merged()
             out.append(
@@ -398,7 +421,6 @@ class OpenAIChatDialect:
             out.append(
                 ReasoningDelta("", provider_data={"type": REASONING_DETAILS, "details": details})
             )
-        out.append(finish)
         return out
 
     def _add_details(self, event: ServerSentEvent, details: list[Any]) -> str:
