@@ -131,7 +131,7 @@ def parse_docstring(doc: str | None) -> tuple[str, dict[str, str]]:
     if not doc:
         return "", {}
     # (Windows line ends first: Python 3.13's cleandoc keeps the indent of "\r"-ended lines)
-    lines = inspect.cleandoc("\n".join(doc.splitlines())).splitlines()
+    lines = inspect.cleandoc(doc.replace("\r\n", "\n").replace("\r", "\n")).splitlines()
     return _description(lines), {**_numpy(lines), **_sphinx(lines), **_google(lines)}
 
 

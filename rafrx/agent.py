@@ -36,7 +36,9 @@ Example:
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
+import threading
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future
@@ -241,8 +243,7 @@ class Agent:
         self.max_result_chars = max_result_chars
         self.approval_timeout = approval_timeout
         self.reset_tool_choice = reset_tool_choice
-        self._saving: set[Future[None]] = set()  # history saves running, on any thread's loop
-        self._loading: set[Future[None]] = set()  # and loads
+        self._history_access = _HistoryAccess()  # (turns may run on several threads' loops)
         self._turns: set[_Turn] = set()  # turns running (not yet ended nor stopped)
         self._executor()  # validates the tool table (duplicate names, concurrency) up front
 
@@ -354,49 +355,60 @@ def _goes_on(step: AgentResponse) -> bool:
     )
 
 
-async def _to_its_end(save: Awaitable[None], pending: set[Future[None]]) -> None:
-    """Await a history save to its end, even when the turn is stopped meanwhile.
+class _HistoryAccess:
+    """The loads and saves of one agent's history, from turns on any thread's loop.
 
-    A save cut short could keep a tool call without its result, which every
-    later request on that history would be refused for. The save is in
-    ``pending`` while it runs: a turn loads, and saves, only once the agent's
-    other saves are over (no turn reads a half-saved history, and two saves
-    never interleave), whichever thread's event loop runs them. A stopped
-    turn ends at once and leaves its save running; a failure no one is left
-    to hear is logged.
+    A load waits for the saves running, a save for the loads and saves
+    running: no turn reads a half-saved history (it would think a call's
+    result lost), and two saves never interleave. A save runs to its end even
+    when its turn is stopped meanwhile: one cut short could keep a tool call
+    without its result, which every later request on that history would be
+    refused for; a failure no one is left to hear is logged.
     """
-    saving = asyncio.ensure_future(save)
-    ended: Future[None] = Future()  # (thread-safe: another loop's turn may wait for it)
-    pending.add(ended)
 
-    def end(_: asyncio.Future[None]) -> None:
-        pending.discard(ended)
-        ended.set_result(None)
+    def __init__(self) -> None:
+        self._lock = threading.Lock()  # (another thread's turn may check and enter at once)
+        self.saving: set[Future[None]] = set()
+        self.loading: set[Future[None]] = set()
 
-    saving.add_done_callback(end)
-    try:
-        await asyncio.shield(saving)
-    except asyncio.CancelledError:
-        saving.add_done_callback(_log_failed_save)
-        raise
+    async def load(self, load: Callable[[], Awaitable[Any]]) -> Any:
+        """``await load()`` once no save runs."""
+        entry = await self._enter(self.loading, self.saving)
+        try:
+            return await load()
+        finally:
+            self._leave(self.loading, entry)
 
+    async def save(self, save: Callable[[], Awaitable[None]]) -> None:
+        """``await save()`` once no load or save runs, to its end whatever happens here."""
+        entry = await self._enter(self.saving, self.saving, self.loading)
+        try:
+            saving = asyncio.ensure_future(save())
+        except BaseException:
+            self._leave(self.saving, entry)
+            raise
+        saving.add_done_callback(lambda _: self._leave(self.saving, entry))
+        try:
+            await asyncio.shield(saving)
+        except asyncio.CancelledError:
+            saving.add_done_callback(_log_failed_save)
+            raise
 
-async def _settled(*pending: set[Future[None]]) -> None:
-    """Wait until no history save (or load) of the agent is running, on any thread's loop."""
-    while any(pending):
-        await asyncio.wait([asyncio.wrap_future(f) for running in pending for f in set(running)])
+    async def _enter(self, into: set[Future[None]], *after: set[Future[None]]) -> Future[None]:
+        """Wait until none of ``after`` runs, then be in ``into`` (checked and entered at once)."""
+        while True:
+            with self._lock:
+                running = [entry for entries in after for entry in entries]
+                if not running:
+                    entry: Future[None] = Future()
+                    into.add(entry)
+                    return entry
+            await asyncio.wait([asyncio.wrap_future(entry) for entry in running])
 
-
-async def _loaded(load: Awaitable[Any], pending: set[Future[None]]) -> Any:
-    """Await a history load, in ``pending`` meanwhile: a save waits for the loads
-    running (one that read half of it would think a call's result lost)."""
-    loading: Future[None] = Future()
-    pending.add(loading)
-    try:
-        return await load
-    finally:
-        pending.discard(loading)
-        loading.set_result(None)
+    def _leave(self, into: set[Future[None]], entry: Future[None]) -> None:
+        with self._lock:
+            into.discard(entry)
+        entry.set_result(None)
 
 
 def _log_failed_save(saving: asyncio.Future[None]) -> None:
@@ -406,7 +418,8 @@ def _log_failed_save(saving: asyncio.Future[None]) -> None:
 
 def _unforced(choice: Any) -> Any:
     """The ``tool_choice`` that lets the model answer, for one forcing a tool call;
-    ``None`` for one that does not. OpenAI's ``"required"`` or a named tool become
+    ``None`` for one that does not. OpenAI's ``"required"`` (Mistral's ``"any"``) or a
+    named tool become
     ``"auto"``, its ``allowed_tools`` go in ``auto`` mode; Anthropic's ``any`` or a
     named tool become its ``auto`` (keeping ``disable_parallel_tool_use``).
 
@@ -416,7 +429,7 @@ def _unforced(choice: Any) -> Any:
         >>> _unforced("auto"), _unforced({"type": "auto"}), _unforced(None)
         (None, None, None)
     """
-    if choice == "required":
+    if choice in ("required", "any"):  # ("any": Mistral's)
         return "auto"
     if not isinstance(choice, Mapping) or choice.get("type") in ("auto", "none", None):
         return None
@@ -517,8 +530,7 @@ class _Turn:
         agent = self.agent
         history: list[ChatMessage] = []
         if agent.history is not None:
-            await _settled(agent._saving)  # another turn's save: load what it saves
-            loaded = await _loaded(agent.history.load(), agent._loading)
+            loaded = await agent._history_access.load(agent.history.load)
             loaded = _messages_from(agent.history, "load()", loaded)
             repaired = _paired_before(loaded, self.new_input)
             history = [m.with_source(MessageSource.CHAT_HISTORY) for m in repaired]
@@ -563,9 +575,8 @@ class _Turn:
             # the answer broke off, as after an in-band error event, whose turn is not saved.
             logger.warning("a turn the server ended with an error was not saved to history")
             return
-        await _settled(agent._saving, agent._loading)  # one save at a time, read whole
-        save = agent.history.save([*self.new_input, *response.turn_transcript])
-        await _to_its_end(save, agent._saving)
+        messages = [*self.new_input, *response.turn_transcript]
+        await agent._history_access.save(functools.partial(agent.history.save, messages))
 
     def unforced(self) -> dict[str, Any]:
         """The body fields of a call after the turn used tools (see ``reset_tool_choice``)."""

@@ -208,6 +208,7 @@ def test_machine_description_names_cpu_and_python() -> None:
         "bench.json_decoders",
         "bench.idle_timer",
         "bench.stages",
+        "bench.ab",
     ],
 )
 def test_docstring_examples(module: str) -> None:

@@ -823,7 +823,7 @@ async def test_after_many_turns_only_the_history_keeps_messages_alive() -> None:
     assert len(history.messages) == 800
     assert alive() - before <= len(history.messages) + 20
     assert not agent._turns
-    assert not agent._saving
+    assert not agent._history_access.saving
 
 
 # ================================================================ 5. switching providers

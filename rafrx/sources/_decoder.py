@@ -130,10 +130,14 @@ class UpdateDecoder:
         """After the stream failed (an error raised here, a broken connection, a timeout):
         what the dialect still owes from what it received, to deliver before the error.
 
-        That is the usage the provider reported before the failure, which would
-        have come with the ``Finish``: Anthropic's ``message_start`` counts, a
-        Responses ``response.failed`` event's. ``[]`` after the terminal
-        marker, on a second call, or from a dialect without ``salvage()``.
+        That is what the provider sent before the failure but only the end
+        would have delivered: the usage reported so far (Anthropic's
+        ``message_start`` counts, a Responses ``response.failed`` event's, a
+        chat chunk's), and the blocks that came whole (Anthropic's signed
+        thinking and server tool results whose stop event never came, chat's
+        signed LiteLLM thinking blocks and OpenRouter's reasoning details).
+        ``[]`` after the terminal marker, on a second call, or from a dialect
+        without ``salvage()``.
 
         Example:
             >>> decoder = UpdateDecoder("anthropic")

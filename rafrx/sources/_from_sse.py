@@ -148,10 +148,10 @@ class _SyncBody(SyncSource[AgentResponseUpdate]):
                     for update in updates:
                         on_next(update)
                     delivering = False
-                    if decoder.done:
-                        break
                     if stopped():  # the subscriber disposed (take(n) has its items)
                         return
+                    if decoder.done:
+                        break
                 tail = decoder.close()
             finally:
                 close = getattr(iterator, "close", None)
@@ -161,18 +161,27 @@ class _SyncBody(SyncSource[AgentResponseUpdate]):
             for update in tail:
                 on_next(update)
         except Exception as err:  # the stream's error, or a subscriber's
-            on_error(err if delivering else _after_salvage(decoder, on_next, err))
+            if not (delivering or stopped()):
+                on_error(_after_salvage(decoder, on_next, stopped, err))
+            elif delivering:
+                on_error(err)
         else:
             on_completed()
 
 
 def _after_salvage(
-    decoder: UpdateDecoder, on_next: Callable[[AgentResponseUpdate], None], error: Exception
+    decoder: UpdateDecoder,
+    on_next: Callable[[AgentResponseUpdate], None],
+    stopped: Callable[[], bool],
+    error: Exception,
 ) -> Exception:
-    """Deliver what the failed stream still owes (:meth:`UpdateDecoder.salvage`); the
-    error to report is then ``error``, or the subscriber's own if it raised meanwhile."""
+    """Deliver what the failed stream still owes (:meth:`UpdateDecoder.salvage`) until
+    the subscriber stops; the error to report is then ``error``, or the subscriber's
+    own if it raised meanwhile."""
     try:
         for update in decoder.salvage():
+            if stopped():
+                break
             on_next(update)
     except Exception as raised:
         return raised
@@ -235,7 +244,10 @@ def _from_async(chunks: AsyncIterable[bytes], make: Any) -> Observable[AgentResp
                 if delivering or disposed:
                     fail(err)
                 else:
-                    fail(_after_salvage(decoder, observer.on_next, err))
+                    error = _after_salvage(decoder, observer.on_next, lambda: disposed, err)
+                    if error is not err or not disposed:  # (stopped on a salvaged item: done)
+                        fail(error)
+                    del error  # (this frame is in its traceback)
             else:
                 if not disposed:
                     _report(loop, observer.on_completed)

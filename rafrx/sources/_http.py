@@ -588,10 +588,12 @@ class _StreamCall:
         if task is not None and not task.done() and task is not asyncio.current_task():
             task.cancel()
         self._end(
-            TransportError(
-                f"client closed: the call to {self.request.safe_url} was ended by aclose() "
-                f"after {self.delivered} update(s)",
-                retryable=False,
+            self._salvaged(
+                TransportError(
+                    f"client closed: the call to {self.request.safe_url} was ended by aclose() "
+                    f"after {self.delivered} update(s)",
+                    retryable=False,
+                )
             )
         )
 
@@ -646,10 +648,10 @@ class _StreamCall:
             self._deliver(held)
 
     def _salvaged(self, error: RafrxError) -> Exception:
-        """Deliver what the failed stream still owes (its usage so far), then ``error``
-        is the one to end with, or the subscriber's own if it raised meanwhile."""
+        """Deliver what the failed stream still owes (:meth:`UpdateDecoder.salvage`); the
+        error to end with is then ``error``, or the subscriber's own if it raised meanwhile."""
         decoder, self.decoder = self.decoder, None
-        if decoder is not None:
+        if decoder is not None and not self.stopped:
             try:
                 self._deliver(decoder.salvage())
             except _SubscriberFailed as failed:
@@ -720,10 +722,12 @@ class _StreamCall:
             self._close()
             if not self.stopped:  # not disposed: its loop is ending (asyncio.run returned)
                 self._end(
-                    TransportError(
-                        f"the call to {self.request.safe_url} was cancelled (its event loop "
-                        f"ended?) after {self.delivered} update(s)",
-                        retryable=False,
+                    self._salvaged(
+                        TransportError(
+                            f"the call to {self.request.safe_url} was cancelled (its event loop "
+                            f"ended?) after {self.delivered} update(s)",
+                            retryable=False,
+                        )
                     )
                 )
             # (the frames below: their asyncio.timeout() blocks hold the task)

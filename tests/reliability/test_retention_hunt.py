@@ -241,7 +241,7 @@ async def test_a_hundred_agent_turns_keep_only_the_history(server: LLMServer) ->
         assert not RUNNING_TURNS
         assert not RUNNING_TOOLS
         assert not agent._turns
-        assert not agent._saving
+        assert not agent._history_access.saving
         history_bytes = sum(len(m.content or "") for m in saved[80:])
         # ~1 KB per message of object overhead is generous; a turn's results kept would
         # be ~100 chunks a turn.

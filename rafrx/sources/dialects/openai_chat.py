@@ -211,6 +211,16 @@ class _ThinkingBlocks:
             for block, texts in zip(self.blocks, self.texts, strict=True)
         ]
 
+    def drop_unsigned(self) -> None:
+        """Forget the thinking blocks that have no signature (yet)."""
+        kept = [
+            (block, texts)
+            for block, texts in zip(self.blocks, self.texts, strict=True)
+            if block.get("type") != "thinking" or block.get("signature")
+        ]
+        self.blocks = [block for block, _ in kept]
+        self.texts = [texts for _, texts in kept]
+
 
 class _Detail:
     """One entry of OpenRouter's ``reasoning_details``, from the pieces streamed of it: its
@@ -387,6 +397,7 @@ class OpenAIChatDialect:
         if self._done:
             return []
         self._done = True
+        self._thinking.drop_unsigned()  # (cut before its signature: Claude would refuse it)
         out = self._held_reasoning()
         if self._usage is not None:
             out.append(Usage(chat_usage(self._usage)))
