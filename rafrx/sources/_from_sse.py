@@ -161,31 +161,32 @@ class _SyncBody(SyncSource[AgentResponseUpdate]):
             for update in tail:
                 on_next(update)
         except Exception as err:  # the stream's error, or a subscriber's
-            if not (delivering or stopped()):
-                on_error(_after_salvage(decoder, on_next, stopped, err))
-            elif delivering:
+            if delivering:
                 on_error(err)
+            elif not stopped():
+                _fail_after_salvage(decoder, on_next, on_error, stopped, err)
         else:
             on_completed()
 
 
-def _after_salvage(
+def _fail_after_salvage(
     decoder: UpdateDecoder,
     on_next: Callable[[AgentResponseUpdate], None],
+    on_error: Callable[[Exception], None],
     stopped: Callable[[], bool],
     error: Exception,
-) -> Exception:
-    """Deliver what the failed stream still owes (:meth:`UpdateDecoder.salvage`) until
-    the subscriber stops; the error to report is then ``error``, or the subscriber's
-    own if it raised meanwhile."""
+) -> None:
+    """End a failed stream: what it still owes (:meth:`UpdateDecoder.salvage`), then
+    ``error``, or the subscriber's own if it raised meanwhile; nothing more once the
+    subscriber stopped."""
     try:
         for update in decoder.salvage():
-            if stopped():
-                break
             on_next(update)
+            if stopped():
+                return
     except Exception as raised:
-        return raised
-    return error
+        error = raised
+    on_error(error)
 
 
 def _from_async(chunks: AsyncIterable[bytes], make: Any) -> Observable[AgentResponseUpdate]:
@@ -244,10 +245,7 @@ def _from_async(chunks: AsyncIterable[bytes], make: Any) -> Observable[AgentResp
                 if delivering or disposed:
                     fail(err)
                 else:
-                    error = _after_salvage(decoder, observer.on_next, lambda: disposed, err)
-                    if error is not err or not disposed:  # (stopped on a salvaged item: done)
-                        fail(error)
-                    del error  # (this frame is in its traceback)
+                    _fail_after_salvage(decoder, observer.on_next, fail, lambda: disposed, err)
             else:
                 if not disposed:
                     _report(loop, observer.on_completed)
