@@ -195,6 +195,7 @@ def sdk_responses(body: bytes) -> tuple[Any, list[Any]]:
     """openai-python's snapshot and its output items (the finished version where
     ``output_item.done`` came)."""
     state: Any = ResponseStreamState(input_tools=NOT_GIVEN, text_format=NOT_GIVEN)
+    refusals: dict[tuple[int, int], str] = {}
     for sse in OpenAISSEDecoder().iter_bytes(iter([body])):
         if sse.data.startswith("[DONE]"):
             break
@@ -205,10 +206,20 @@ def sdk_responses(body: bytes) -> tuple[Any, list[Any]]:
         if data.get("type") in ("error", "response.failed"):
             break
         list(state.handle_event(openai_construct(type_=ResponseStreamEvent, value=data)))
+        if data.get("type") == "response.refusal.delta":
+            key = (data["output_index"], data["content_index"])
+            refusals[key] = refusals.get(key, "") + data["delta"]
     snapshot = state._ResponseStreamState__current_snapshot
     if snapshot is None:
         return None, []
     finished = dict(state._completed_output)
+    # The SDK's snapshot does not gather refusal deltas (only output_text's), so an
+    # unfinished refusal part gets them here: rafrx keeps them as text.
+    for (index, part_index), refusal in refusals.items():
+        item = state._output_items.get(index)
+        if index not in finished and item is not None and item.type == "message":
+            part = item.content[part_index]
+            part.refusal = (part.refusal or "") + refusal
     return snapshot, [finished.get(i, item) for i, item in enumerate(snapshot.output)]
 
 
