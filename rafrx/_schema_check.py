@@ -131,15 +131,15 @@ def check(schema: Mapping[str, Any] | bool, value: Any, path: str) -> str | None
     """The first way ``value`` breaks the (JSON-schema subset) ``schema``, or ``None``.
 
     Args:
-        schema: The schema; ``True`` or ``{}`` allow anything, ``False`` nothing.
+        schema: The schema; ``True`` or ``{}`` allow anything, ``False`` nothing
+            (and so does anything else that is not a schema, left to the provider).
         value: The parsed JSON value.
         path: Where the value is (``"a.b[0]"``), for the message; ``""`` at the top.
     """
-    if schema is True or schema == {}:
-        return None
     if schema is False:
         return f"{_where(path)}not allowed"
-    assert isinstance(schema, Mapping)
+    if not isinstance(schema, Mapping) or not schema:
+        return None
     kinds = _kinds(schema)
     if kinds is not None and not _fits(value, kinds):
         return f"{_where(path)}expected {' or '.join(kinds)}, got {show(value)}"
@@ -297,9 +297,13 @@ def _check_array(schema: Mapping[str, Any], value: Sequence[Any], path: str) -> 
             j = first.setdefault(_identity(item), i)
             if j != i:
                 return f"{_where(path)}expected unique items, but items {j} and {i} are equal"
-    prefix = schema.get("prefixItems", [])
+    items = schema.get("items", True)
+    if isinstance(items, list):  # drafts 4 to 2019-09's tuples (MCP servers, zod): positions
+        prefix, rest = items, schema.get("additionalItems", True)
+    else:
+        prefix, rest = schema.get("prefixItems", []), items
     for i, item in enumerate(value):
-        sub = prefix[i] if i < len(prefix) else schema.get("items", True)
+        sub = prefix[i] if i < len(prefix) else rest
         error = check(sub, item, f"{path}[{i}]")
         if error:
             return error

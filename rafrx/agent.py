@@ -105,10 +105,15 @@ class ChatClient(Protocol):
 def _as_input(value: str | ChatMessage | Sequence[ChatMessage]) -> tuple[ChatMessage, ...]:
     if isinstance(value, str):
         return (ChatMessage.user(value, source=MessageSource.EXTERNAL),)
+    expected = "an agent's input is a str, a ChatMessage or a sequence of ChatMessages"
+    hint = " (ChatMessage.from_openai reads an OpenAI message dict)"
+    if isinstance(value, Mapping):
+        raise TypeError(f"{expected}, not a {type(value).__name__}{hint}")
     messages = (value,) if isinstance(value, ChatMessage) else tuple(value)
-    for message in messages:
+    for i, message in enumerate(messages):
         if not isinstance(message, ChatMessage):
-            raise TypeError(f"an agent's input is a str or ChatMessage, not {message!r}")
+            said = f"a {type(message).__name__}" + (hint if isinstance(message, Mapping) else "")
+            raise TypeError(f"{expected}; item {i} is {message!r:.80}, {said}")
     return tuple(m if m.source else m.with_source(MessageSource.EXTERNAL) for m in messages)
 
 
@@ -255,6 +260,10 @@ class Agent:
 
     @tools.setter
     def tools(self, tools: Iterable[Tool | Callable[..., Any] | ServerTool]) -> None:
+        if isinstance(tools, Mapping) or callable(tools):  # (a mapping's keys are no tools)
+            raise TypeError(
+                f"an agent's tools are a list (tools=[...]), not one {type(tools).__name__}"
+            )
         self._tools = tuple(_offered(t) for t in tools)
 
     def _executor(self) -> Operator[AgentResponseResult, AgentResponseResult]:

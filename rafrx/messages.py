@@ -164,6 +164,19 @@ class ToolCall:
 _CALL_FIELDS: Final = tuple(f.name for f in attrs.fields(ToolCall))
 
 
+def _text(value: str | None) -> str:
+    """A message's content: text, ``None`` (OpenAI's for an assistant message with only
+    tool calls) read as ``""``; anything else is refused here, not when it is sent."""
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise TypeError(
+            f"a ChatMessage's content is text (str), not a {type(value).__name__}; "
+            "ChatMessage.from_openai and from_anthropic read content parts"
+        )
+    return value
+
+
 def _source_or_none(value: MessageSource | str | None) -> MessageSource | None:
     return None if value is None else MessageSource(value)
 
@@ -195,7 +208,7 @@ class ChatMessage:
     """
 
     role: MessageRole = attrs.field(converter=MessageRole)
-    content: str = ""
+    content: str = attrs.field(default="", converter=_text)
     name: str | None = None
     tool_calls: tuple[ToolCall, ...] | None = attrs.field(default=None, converter=_tuple_or_none)
     tool_call_id: str | None = None

@@ -120,7 +120,7 @@ def _valid_name(instance: Any, attribute: Any, value: str) -> None:
 
 
 def _positive(instance: Any, attribute: Any, value: float | None) -> None:
-    if value is not None and value <= 0:
+    if value is not None and not value > 0:  # (NaN too: it would never time out)
         raise ValueError(f"timeout must be positive, got {value}")
 
 
@@ -242,7 +242,8 @@ class Tool(Generic[P, R]):
         """
         args, kwargs = self._bind(arguments)
         if args:
-            names = list(inspect.signature(self.fn).parameters)[: len(args)]
+            skip = 1 if self._method else 0  # (read from its class: ``self`` is bound later)
+            names = list(inspect.signature(self.fn).parameters)[skip : skip + len(args)]
             kwargs = {**dict(zip(names, args, strict=True)), **kwargs}
         return kwargs
 
@@ -327,10 +328,12 @@ class Tool(Generic[P, R]):
 
 def _object(schema: Mapping[str, Any]) -> dict[str, Any]:
     """A copy of ``schema`` (the caller's to change), as an object schema even if it
-    says nothing (``{}``: Anthropic refuses an ``input_schema`` with no ``type``)."""
+    does not say so (Anthropic refuses an ``input_schema`` with no ``type``, OpenAI
+    parameters of another type), as :func:`~rafrx.sources.clients.tool_schema` does."""
     sent = copy.deepcopy(dict(schema))
     if not sent:
-        sent = {"type": "object", "properties": {}}
+        sent["properties"] = {}
+    sent.setdefault("type", "object")
     return sent
 
 

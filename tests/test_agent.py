@@ -532,7 +532,7 @@ async def test_input_forms() -> None:
         (user("two"), ChatMessage.user("three", source=HISTORY)),
         (),
     ]
-    with pytest.raises(TypeError, match="str or ChatMessage"):
+    with pytest.raises(TypeError, match="str, a ChatMessage or a sequence"):
         agent.run([{"role": "user", "content": "x"}])  # type: ignore[list-item]
 
 

@@ -81,7 +81,9 @@ class _Runner:
         self.tasks: set[asyncio.Task[None]] = set()
         self.seen: set[str] = set()
         self.answers: dict[str, ToolApprovalResponse] = {}
-        self.expired: set[str] = set()  # calls whose approval timed out: late answers dropped
+        # Calls whose request was answered or timed out: a later answer to one (a double
+        # click, a late one) is dropped, until the id is asked about again.
+        self.closed: set[str] = set()
         self.waiting: dict[str, asyncio.Future[ToolApprovalResponse]] = {}
         self.answers_closed: str | None = None  # why no answer can come any more
         # The last remote answer's turn to go: answers go in the order of their requests.
@@ -95,9 +97,13 @@ class _Runner:
     def on_next(self, result: AgentResponseResult) -> None:
         if self.stopped:
             return
+        if result.events:
+            for event in result.events:
+                if isinstance(event, ResponseStartedEvent):
+                    self.seen.clear()  # a new LLM call: an id may come back in it
+                elif isinstance(event, ToolApprovalRequestEvent):
+                    self.closed.discard(event.call_id)  # (answers may come as it is seen)
         self.observer.on_next(result)
-        if result.events and any(isinstance(e, ResponseStartedEvent) for e in result.events):
-            self.seen.clear()  # a new LLM call: an id may come back in it
         for content in result.contents:
             if self.stopped:
                 return
@@ -151,12 +157,13 @@ class _Runner:
         self.on_loop(self.take_answer, answer)
 
     def take_answer(self, answer: ToolApprovalResponse) -> None:
-        future = self.waiting.pop(answer.call_id, None)
-        if answer.call_id in self.expired:
+        if answer.call_id in self.closed:
             return
+        future = self.waiting.pop(answer.call_id, None)
         if future is None:
             self.answers.setdefault(answer.call_id, answer)  # the first answer counts
         elif not future.done():
+            self.closed.add(answer.call_id)
             future.set_result(answer)
 
     def on_answers_end(self, error: Exception | None = None) -> None:
@@ -321,6 +328,7 @@ class _Runner:
         # A copy: what an approver or a UI does to the event's arguments never reaches the call.
         arguments = copy.deepcopy(call.arguments)
         request = ToolApprovalRequestEvent(call.call_id, call.name, arguments, tool.description)
+        self.closed.discard(call.call_id)  # (a later LLM call may reuse the id: ask again)
         self.emit(AgentResponseResult(result.id, result.model, None, (), (request,)))
         if self.stopped:  # disposed on seeing the request: no one is asked
             raise asyncio.CancelledError
@@ -328,12 +336,11 @@ class _Runner:
 
     async def ask(self, approver: Approver, request: ToolApprovalRequestEvent) -> Any:
         """The approver's answer to ``request``, within ``approval_timeout``."""
-        self.expired.discard(request.call_id)  # (a later LLM call may reuse the id: ask again)
         try:
             async with asyncio.timeout(self.approval_timeout):
                 return await self.answer(approver, request)
         except TimeoutError:
-            self.expired.add(request.call_id)
+            self.closed.add(request.call_id)
             self.waiting.pop(request.call_id, None)
             raise ToolApprovalDenied(
                 f"the call to tool {request.name!r} was denied: no answer to its approval "
@@ -344,7 +351,9 @@ class _Runner:
         """The approver's answer to ``request``, however it gives it."""
         if isinstance(approver, Observable):
             answer: Any = self.answers.pop(request.call_id, None)
-            if answer is None and self.answers_closed is not None:
+            if answer is not None:
+                self.closed.add(request.call_id)
+            elif self.answers_closed is not None:
                 answer = ToolApprovalResponse(request.call_id, False, self.answers_closed)
             if answer is None:
                 future = asyncio.get_running_loop().create_future()

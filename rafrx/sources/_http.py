@@ -564,6 +564,7 @@ class _StreamCall:
         # then still be retried, and only the attempt that answers is seen.
         self.held: list[AgentResponseUpdate] | None = None if retry is None else []
         self.stopped = False
+        self.delivered_all = False  # the terminal marker came: only the body's end is awaited
 
     # ------------------------------------------------------------ lifecycle
 
@@ -587,13 +588,11 @@ class _StreamCall:
         task = self.task
         if task is not None and not task.done() and task is not asyncio.current_task():
             task.cancel()
-        self._end(
-            self._salvaged(
-                TransportError(
-                    f"client closed: the call to {self.request.safe_url} was ended by aclose() "
-                    f"after {self.delivered} update(s)",
-                    retryable=False,
-                )
+        self._cut_short(
+            TransportError(
+                f"client closed: the call to {self.request.safe_url} was ended by aclose() "
+                f"after {self.delivered} update(s)",
+                retryable=False,
             )
         )
 
@@ -646,6 +645,12 @@ class _StreamCall:
         held, self.held = self.held, None
         if held:
             self._deliver(held)
+
+    def _cut_short(self, error: RafrxError) -> None:
+        """End the call cut short by its client or loop: with ``error`` (after what
+        the stream still owes), unless everything came and only the body's own end was
+        awaited, which the stream does not need (:meth:`_finish_body`)."""
+        self._end(None if self.delivered_all else self._salvaged(error))
 
     def _salvaged(self, error: RafrxError) -> Exception:
         """Deliver what the failed stream still owes (:meth:`UpdateDecoder.salvage`); the
@@ -709,8 +714,10 @@ class _StreamCall:
                         # (kept by the user: the call goes with it; and no local holds it)
                         self._end(self._salvaged(let_go(err)))
                         return
+                    # The failed attempt's metadata and what its end owes: never seen.
+                    self.decoder = None
                     if self.held:
-                        self.held.clear()  # the failed attempt's metadata: never seen
+                        self.held.clear()
                     await asyncio.sleep(delay)
                 except Exception as exc:
                     self._close()
@@ -721,13 +728,11 @@ class _StreamCall:
         except asyncio.CancelledError as cancelled:
             self._close()
             if not self.stopped:  # not disposed: its loop is ending (asyncio.run returned)
-                self._end(
-                    self._salvaged(
-                        TransportError(
-                            f"the call to {self.request.safe_url} was cancelled (its event loop "
-                            f"ended?) after {self.delivered} update(s)",
-                            retryable=False,
-                        )
+                self._cut_short(
+                    TransportError(
+                        f"the call to {self.request.safe_url} was cancelled (its event loop "
+                        f"ended?) after {self.delivered} update(s)",
+                        retryable=False,
                     )
                 )
             # (the frames below: their asyncio.timeout() blocks hold the task)
@@ -774,6 +779,7 @@ class _StreamCall:
         tail = decoder.close()
         self._deliver(tail)
         if decoder.done:
+            self.delivered_all = True
             await self._finish_body(response)
         else:
             self._release()  # (the body's end: the connection goes back to the pool)

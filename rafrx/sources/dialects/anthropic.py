@@ -14,7 +14,9 @@
   ``TEXT_REF`` / ``TOOL_USE_REF`` (:mod:`rafrx.messages`) before the thinking
   block after them: the message must go back in the order it came.
 * ``tool_use`` blocks → ``ToolCallStart`` / ``ToolCallArgs`` / ``ToolCallEnd``.
-  A block that never stops (``max_tokens`` cut it) gets no ``ToolCallEnd``,
+  The arguments are the ``input_json_delta`` pieces; an ``input`` the block
+  starts with (Anthropic's is ``{}``; some gateways send the whole input there)
+  counts only when no piece comes, as in the SDK. A block that never stops (``max_tokens`` cut it) gets no ``ToolCallEnd``,
   so its call is never run: it ends cut short (``ToolCallIncompleteContent``).
   A block's other members (the ``caller`` of a call made by Claude's code)
   go on its ``TOOL_USE_REF``, which then goes out at once, for the block to
@@ -134,7 +136,17 @@ def _thinking_tokens(usage: dict[str, Any]) -> int | None:
 class _Block:
     """A content block being streamed."""
 
-    __slots__ = ("extra", "id", "signature", "start", "stopped", "thinking", "type", "whole")
+    __slots__ = (
+        "extra",
+        "id",
+        "input",
+        "signature",
+        "start",
+        "stopped",
+        "thinking",
+        "type",
+        "whole",
+    )
 
     def __init__(self, kind: str, block_id: str = "") -> None:
         self.type = kind
@@ -145,6 +157,8 @@ class _Block:
         self.stopped = False
         self.start = 0  # where a text block starts in the message's text
         self.extra: dict[str, Any] = {}  # a tool_use block's other members (its ``caller``)
+        # A tool_use block's input as it started (JSON): its arguments unless deltas come.
+        self.input: str | None = None
 
 
 def _came_whole(block: _Block) -> bool:
@@ -311,11 +325,10 @@ class AnthropicDialect:
                 raise malformed(event, "a tool_use block needs an 'id' and a 'name'")
             state = self._blocks[index] = _Block(kind, call_id)
             state.extra = _tool_use_extra(block)
-            out: list[AgentResponseUpdate] = [ToolCallStart(call_id, name)]
             initial = block.get("input")
-            if initial:
-                out.append(ToolCallArgs(call_id, json.dumps(initial, ensure_ascii=False)))
-            return out
+            if initial:  # (Anthropic starts with {}; a gateway may start with the whole input)
+                state.input = json.dumps(initial, ensure_ascii=False)
+            return [ToolCallStart(call_id, name)]
         state = self._blocks[index] = _Block(kind)
         if kind == "text":
             text = as_str(block.get("text"))
@@ -400,6 +413,7 @@ class AnthropicDialect:
             if block.type != "tool_use":  # a server tool's input: kept with its block
                 block.thinking.append(delta.partial_json)
                 return []
+            block.input = None  # the deltas are the input (as the SDK's accumulate_event reads it)
             return [ToolCallArgs(block.id, delta.partial_json)]
         if type(delta) is _TextDelta:
             if not delta.text:
@@ -427,7 +441,8 @@ class AnthropicDialect:
         block.stopped = True
         if block.type == "tool_use":
             ref = {"type": TOOL_USE_REF, "id": block.id, **block.extra}
-            return [ToolCallEnd(block.id), *self._ref(ref, needed=bool(block.extra))]
+            end = [ToolCallEnd(block.id), *self._ref(ref, needed=bool(block.extra))]
+            return end if block.input is None else [ToolCallArgs(block.id, block.input), *end]
         if block.type == "thinking":
             whole = {"type": "thinking", "thinking": "".join(block.thinking)}
             whole["signature"] = block.signature or ""
