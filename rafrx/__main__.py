@@ -232,6 +232,8 @@ async def _demo(args: argparse.Namespace) -> int:
 
     if args.record and not Path(args.record).resolve().parent.is_dir():
         raise _Fail(f"cannot record to {args.record}: no such directory")
+    if args.record and Path(args.record).is_dir():
+        raise _Fail(f"cannot record to {args.record}: it is a directory")
     renderer = TerminalRenderer(sys.stdout, color=False if args.plain else None)
 
     async def approve(event: ToolApprovalRequestEvent) -> bool:

@@ -25,10 +25,12 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import dis
+import inspect
 import sys
 import threading
 import traceback
-from types import FrameType
+from types import FrameType, TracebackType
 from typing import Generic, TypeVar
 
 from rafrx._call import call_on
@@ -60,8 +62,10 @@ def let_go(error: E) -> E:
     whose locals could not be cleared. A frame left still links to its
     caller, though, when that caller called it directly, or awaited it on
     Python 3.12 and later; the caller is running, so its locals would stay
-    with the error once it ends. Such a traceback is kept as text instead, in
-    a note (:func:`traceback.print_exception` shows it).
+    with the error once it ends. And a frame may be a suspended coroutine's
+    (one that caught the error and went on to await something else), which
+    clearing would close. Such a traceback is kept as text instead, in a note
+    (:func:`traceback.print_exception` shows it).
 
     Example:
         >>> async def fail(big: bytes) -> None:
@@ -93,8 +97,10 @@ def let_go(error: E) -> E:
         while tb is not None and tb.tb_frame in running:
             tb = tb.tb_next
         if tb is not None:
-            traceback.clear_frames(tb)
-            if tb.tb_frame.f_back in running:
+            paused = any(_may_be_paused(frame) for frame in _frames(tb))
+            if not paused:  # (clearing a suspended coroutine's frame would close it)
+                traceback.clear_frames(tb)
+            if paused or tb.tb_frame.f_back in running:
                 each.add_note(_KEPT_AS_TEXT + "".join(traceback.format_tb(tb)).rstrip())
                 tb = None
         each.__traceback__ = tb
@@ -103,6 +109,34 @@ def let_go(error: E) -> E:
 
 
 _KEPT_AS_TEXT = "Traceback (most recent call last; kept as text, with no frames):\n"
+
+_GENERATOR_CODE = (
+    inspect.CO_GENERATOR
+    | inspect.CO_COROUTINE
+    | inspect.CO_ASYNC_GENERATOR
+    | inspect.CO_ITERABLE_COROUTINE
+)
+# Where a suspended generator's frame stands: at its yield (3.11, 3.12) or at the
+# resume after it (3.13). One that ended with an error was stopped elsewhere, but for
+# an error thrown in at a yield, which then reads as suspended: it is kept as text.
+_PAUSES = frozenset(dis.opmap[name] for name in ("YIELD_VALUE", "RESUME") if name in dis.opmap)
+
+
+def _frames(tb: TracebackType | None) -> list[FrameType]:
+    frames = []
+    while tb is not None:
+        frames.append(tb.tb_frame)
+        tb = tb.tb_next
+    return frames
+
+
+def _may_be_paused(frame: FrameType) -> bool:
+    """Whether ``frame`` may be a suspended generator's or coroutine's, which
+    ``frame.clear()`` would close (before Python 3.13; later it refuses)."""
+    code = frame.f_code
+    if not code.co_flags & _GENERATOR_CODE:
+        return False
+    return frame.f_lasti < 0 or code.co_code[frame.f_lasti] in _PAUSES
 
 
 def detached(error: E) -> E:

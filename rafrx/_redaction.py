@@ -343,7 +343,8 @@ _OPEN_PATTERNS: Final = (
     re.compile(
         r"(?i)" + _START + r"b(?:e(?:a(?:r(?:e(?:r(?:\s{1,32}[A-Za-z0-9._~+/=\-]*)?)?)?)?)?)?\Z"
     ),
-    re.compile(r"(?i)[?&](?:[a-z_]{0,12}|(?:api_key|apikey|key|token|access_token)=[^&#\s\"']*)\Z"),
+    # (a parameter's name still growing, up to x-goog-api-key's 14 letters, or its value)
+    re.compile(r"(?i)[?&](?:[a-z_-]{0,14}|" + _SECRET_PARAM + r"=[^&#\s\"']*)\Z"),
 )
 #: The same at a text block's start (see ``_AT_BLOCK_START``).
 _OPEN_AT_BLOCK_START: Final = tuple(

@@ -73,6 +73,7 @@ from rafrx._redaction import (
 )
 from rafrx.messages import _is_rafrx_mark
 from rafrx.response import AgentResponseResult, FinishReason, Usage
+from rafrx.sse import ServerSentEvent, SSEDecoder
 
 __all__ = [
     "FORMAT_VERSION",
@@ -269,10 +270,14 @@ def _encode_error(error: BaseException, secrets: tuple[str, ...]) -> dict[str, A
     message = redact_with(errors.error_text(error), secrets)
     state: dict[str, Any] = {"type": type(error).__name__, "message": message}
     for key, value in vars(error).items() if hasattr(error, "__dict__") else ():
-        if key in {"partial", "message"} or not isinstance(value, str | int | float | bool):
-            continue
-        state[key] = redact_with(value, secrets) if isinstance(value, str) else value
+        if key in _ERROR_KEYS or not (value is None or isinstance(value, str | int | float)):
+            continue  # (an SDK error's own ``type`` is no class name)
+        state[key] = _encode(value, secrets)  # (an endless retry_after: tagged)
     return state
+
+
+#: What an error's recorded state says itself, besides the attributes it keeps.
+_ERROR_KEYS = frozenset({"type", "message", "partial"})
 
 
 def _decode_error(state: Mapping[str, Any]) -> Exception:
@@ -282,7 +287,7 @@ def _decode_error(state: Mapping[str, Any]) -> Exception:
     if isinstance(cls, type) and issubclass(cls, errors.RafrxError):
         err = cls.__new__(cls)
         Exception.__init__(err, message)
-        err.__dict__.update({k: v for k, v in state.items() if k != "type"})
+        err.__dict__.update({k: _decode(v) for k, v in state.items() if k != "type"})
         err.message = message
         err.partial = None
         return err
@@ -400,8 +405,10 @@ def record(
             observer.on_next(item)
 
         def on_error(error: Exception) -> None:
-            close({"t": elapsed(), "kind": "error", "fields": _encode_error(error, hidden)})
-            observer.on_error(error)
+            try:
+                close({"t": elapsed(), "kind": "error", "fields": _encode_error(error, hidden)})
+            finally:  # (the subscriber hears of the error, whatever befell the file)
+                observer.on_error(error)
 
         def on_completed() -> None:
             close({"t": elapsed(), "kind": "completed"})
@@ -509,29 +516,39 @@ def guess_dialect(body: bytes) -> str:
         >>> guess_dialect(b'event: message_start\\ndata: {"type": "message_start"}\\n\\n')
         'anthropic'
     """
-    from rafrx.sse import SSEDecoder
-
-    try:  # the first events tell, by their names or their JSON "type" (not by any text in them)
-        events = SSEDecoder().feed(body[:16384])
-    except errors.LimitExceeded:
-        events = []
-    for event in events:
-        kind: Any = None if event.event == "message" else event.event
-        if kind is None:
-            try:
-                data = json.loads(event.data)
-            except ValueError:
-                continue
-            if not isinstance(data, dict):
-                continue
-            if "choices" in data or data.get("object") == "chat.completion.chunk":
-                return "openai-chat"
-            kind = data.get("type")
-        if isinstance(kind, str) and kind.startswith("response."):
-            return "openai-responses"
-        if kind in _ANTHROPIC_EVENTS:
-            return "anthropic"
+    # The first events tell, by their names or their JSON "type" (not by any text in
+    # them); read as far as that takes (a Responses body's first event echoes the tools).
+    decoder = SSEDecoder()
+    for start in range(0, len(body), 16384):
+        try:
+            events = decoder.feed(body[start : start + 16384])
+        except errors.LimitExceeded:
+            break
+        for event in events:
+            dialect = _dialect_of(event)
+            if dialect is not None:
+                return dialect
     return "openai-chat"
+
+
+def _dialect_of(event: ServerSentEvent) -> str | None:
+    """The dialect one event belongs to, if it tells."""
+    kind: Any = None if event.event == "message" else event.event
+    if kind is None:
+        try:
+            data = json.loads(event.data)
+        except ValueError:
+            return None
+        if not isinstance(data, dict):
+            return None
+        if "choices" in data or data.get("object") == "chat.completion.chunk":
+            return "openai-chat"
+        kind = data.get("type")
+    if isinstance(kind, str) and kind.startswith("response."):
+        return "openai-responses"
+    if kind in _ANTHROPIC_EVENTS:
+        return "anthropic"
+    return None
 
 
 _ANTHROPIC_EVENTS: Final = frozenset(

@@ -163,3 +163,72 @@ async def test_aclose_during_a_retry_backoff_delivers_nothing_of_the_retried_att
     assert type(result).__name__ == "TransportError", repr(result)
     assert len(hits) == 1
     assert outcome.items == [], outcome.items
+
+
+# ------------------------------------------------- a body with no event (a suspicion)
+
+
+async def _stream_error(body: bytes, chunks: int = 1) -> Exception:
+    """What a chat stream ends with when the server answers ``body`` (status 200,
+    ``text/event-stream``), sent in ``chunks`` pieces."""
+
+    async def answer(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        size = -(-len(body) // chunks) or 1
+        for start in range(0, len(body), size):
+            await response.write(body[start : start + size])
+            await asyncio.sleep(0.01)
+        return response
+
+    async with serve("/v1/chat/completions", answer) as url:
+        client = OpenAIChatClient(url)
+        outcome = Outcome()
+        client.stream(USER).subscribe(outcome.on_next, outcome.on_error, outcome.on_completed)
+        result = await asyncio.wait_for(outcome.ended, 5)
+        await client.aclose()
+    assert outcome.items == []
+    assert isinstance(result, Exception), result
+    return result
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("chunks", [1, 7])
+async def test_a_json_error_sent_as_an_event_stream_body_is_the_providers_error(
+    chunks: int,
+) -> None:
+    """A server (a proxy, a local one) that answers a streaming request with status 200,
+    ``Content-Type: text/event-stream`` and a plain JSON error body, no ``data:`` line.
+
+    Before: ``IncompleteStream("the stream ended without [DONE] or a finish_reason")``,
+    and the server's message was lost (its line is no SSE field: the decoder ignores it).
+    Now: the provider's error, as the same JSON in an ``event: error`` gives it, with its
+    type deciding whether a retry may help, and the body kept.
+    """
+    body = b'{"error": {"message": "model not loaded", "type": "overloaded_error"}}\n'
+    error = await _stream_error(body, chunks)
+    assert type(error).__name__ == "ProviderError"
+    assert str(error) == "model not loaded"
+    assert getattr(error, "error_type", None) == "overloaded_error"
+    assert getattr(error, "retryable", None) is True
+    assert "model not loaded" in (getattr(error, "body", None) or "")
+
+
+@pytest.mark.asyncio
+async def test_a_body_with_no_event_says_how_it_began() -> None:
+    """Any other body with no event (an HTML page labelled an event stream) ends as
+    ``IncompleteStream`` quoting its first lines (comments left out), where before it
+    said only that the terminal marker never came."""
+    error = await _stream_error(b": proxy\n<html><body>502 Bad Gateway</body></html>\n")
+    assert type(error).__name__ == "IncompleteStream"
+    assert str(error).startswith("the stream ended without [DONE] or a finish_reason; ")
+    assert "it began: '<html><body>502 Bad Gateway</body></html>'" in str(error)
+    assert ": proxy" not in str(error)
+
+
+@pytest.mark.asyncio
+async def test_a_body_of_keep_alive_comments_only_is_just_incomplete() -> None:
+    """Comments only (a server that pinged, then hung up): nothing to quote."""
+    error = await _stream_error(b": ping\n\n: ping\n\n")
+    assert type(error).__name__ == "IncompleteStream"
+    assert str(error) == "the stream ended without [DONE] or a finish_reason"

@@ -12,6 +12,7 @@ import pickle
 import re
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -888,7 +889,7 @@ async def test_a_kept_error_does_not_hold_the_client() -> None:
 
 
 async def run_cli(url: str, *extra: str, stdin: str = "hello\n") -> tuple[int, str, str]:
-    env = {**os.environ, "PYTHONPATH": "/work/main", "UXHUNT_KEY": KEY}
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1]), "UXHUNT_KEY": KEY}
     env.pop("RAFRX_DEBUG", None)
     process = await asyncio.create_subprocess_exec(
         sys.executable,

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any, Protocol, TextIO
 
 from rafrx.notebook._render import LiveSnapshot
+from rafrx.terminal import inert
 
 __all__ = ["Display", "DisplayHandle", "default_display", "text_display"]
 
@@ -38,7 +39,7 @@ class _TextHandle:
 
     def update(self, obj: Any, **kwargs: Any) -> None:
         if isinstance(obj, LiveSnapshot) and obj.final:
-            print(obj.text, file=self._stream or sys.stdout)
+            print(inert(obj.text), file=self._stream or sys.stdout)
 
 
 def text_display(stream: TextIO | None = None) -> Display:

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from reactivex import Observable, abc
 
 from rafrx._call import call_on
+from rafrx._cycles import detached
 from rafrx.errors import RafrxError, error_text
 from rafrx.notebook._display import Display, DisplayHandle, default_display
 from rafrx.notebook._render import LiveSnapshot, live_html, live_text
@@ -93,7 +94,7 @@ class LiveView:
             RafrxError: the stream failed (``.partial`` holds what arrived).
         """
         if self._error is not None:
-            raise self._error
+            raise detached(self._error)  # (the kept one would gather each raise's frames)
         if self._response is None:
             raise RuntimeError("the stream is still running: await the view first")
         return self._response

@@ -83,7 +83,7 @@ def card_html(card: ToolCard) -> str:
     if card.argument_error:
         parts.append(f'<div style="color:#c00">{escape(card.argument_error)}</div>')
     if card.error is not None:
-        parts.append(f'<div style="color:#c00">✗ {escape(card.error)}</div>')
+        parts.append(f'<div style="color:#c00">✗ {clip_html(card.error)}</div>')
     elif card.result is not None:
         parts.append(
             f'<div>→ <code style="white-space:pre-wrap">{clip_html(card.result)}</code></div>'

@@ -96,6 +96,12 @@ class ToolCard:
             bar.incomplete = not bar.done
 
 
+def _names(flag: str) -> list[str]:
+    """The public names (``blocks``, not ``_blocks``) of LiveState's fields that have
+    ``flag`` (``"repr"``, ``"eq"``) on."""
+    return [str(a.alias) for a in attrs.fields(LiveState) if getattr(a, flag)]
+
+
 @attrs.define
 class LiveState:
     """A stream folded into what a live view shows.
@@ -137,6 +143,19 @@ class LiveState:
     finish_reason: FinishReason | None = None
     status: str = "waiting"
     items: int = 0
+
+    def __repr__(self) -> str:  # (as attrs writes it, with the deltas not yet joined)
+        shown = (f"{name}={getattr(self, name)!r}" for name in _names("repr"))
+        return f"LiveState({', '.join(shown)})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        assert isinstance(other, LiveState)
+        return self._compared() == other._compared()
+
+    def _compared(self) -> tuple[Any, ...]:
+        return tuple(getattr(self, name) for name in _names("eq"))
 
     @property
     def usage(self) -> Usage | None:

@@ -12,13 +12,19 @@ Example:
 
 from __future__ import annotations
 
+import json
+
 from rafrx._cycles import detached
-from rafrx.errors import RafrxError
+from rafrx.errors import IncompleteStream, RafrxError
 from rafrx.sources.dialects import DialectFactory, get_dialect
-from rafrx.sse import DEFAULT_MAX_EVENT_BYTES, DEFAULT_MAX_LINE_BYTES, SSEDecoder
+from rafrx.sources.dialects._common import error_event
+from rafrx.sse import DEFAULT_MAX_EVENT_BYTES, DEFAULT_MAX_LINE_BYTES, ServerSentEvent, SSEDecoder
 from rafrx.updates import AgentResponseUpdate
 
 __all__ = ["UpdateDecoder"]
+
+#: How much of a body with no event is kept, to say what it held instead.
+_HEAD_BYTES = 2048
 
 
 class UpdateDecoder:
@@ -56,6 +62,18 @@ class UpdateDecoder:
     ...
     rafrx.errors.LimitExceeded: SSE line longer than max_line_bytes=64 bytes ...
 
+    A body that ends with no event at all fails as the provider's error when it
+    holds one as plain JSON (a server that answers an event-stream request with
+    a JSON error, status 200), else as ``IncompleteStream`` quoting how it began:
+
+    >>> decoder = UpdateDecoder("openai-chat")
+    >>> decoder.feed(b'{"error": {"message": "model not loaded", "type": "server_error"}}')
+    []
+    >>> decoder.close()
+    Traceback (most recent call last):
+    ...
+    rafrx.errors.ProviderError: model not loaded
+
     A non-standard ``error:`` line (llama.cpp's servers until late 2025) is
     read as ``event: error``, so that it fails the stream as the dialect's
     ``ProviderError`` rather than being ignored (see
@@ -71,7 +89,7 @@ class UpdateDecoder:
         ValueError: An unknown dialect name.
     """
 
-    __slots__ = ("_dialect", "_error", "_salvaged", "_sse")
+    __slots__ = ("_dialect", "_error", "_head", "_salvaged", "_sse")
 
     def __init__(
         self,
@@ -86,6 +104,7 @@ class UpdateDecoder:
         )
         self._error: RafrxError | None = None
         self._salvaged = False
+        self._head: bytearray | None = bytearray()  # the body's start, until an event comes
 
     @property
     def done(self) -> bool:
@@ -106,6 +125,8 @@ class UpdateDecoder:
             return []
         sse = self._sse
         events = sse.feed(chunk)
+        if self._head is not None:
+            self._keep_head(chunk, events)
         if len(events) == 1 and sse.error is None:  # a live stream's usual read
             return dialect.feed(events[0])
         out: list[AgentResponseUpdate] = []
@@ -125,6 +146,13 @@ class UpdateDecoder:
             if not out:
                 raise detached(sse.error)
         return out
+
+    def _keep_head(self, chunk: bytes, events: list[ServerSentEvent]) -> None:
+        head = self._head
+        if events or head is None:
+            self._head = None  # a stream of events: nothing to explain
+        elif len(head) < _HEAD_BYTES:
+            head += chunk[: _HEAD_BYTES - len(head)]
 
     def salvage(self) -> list[AgentResponseUpdate]:
         """After the stream failed (an error raised here, a broken connection, a timeout):
@@ -165,4 +193,27 @@ class UpdateDecoder:
             raise detached(self._error)
         # No SSEDecoder.close(): an unfinished event is dropped anyway, and a limit
         # exceeded after the terminal marker is not an error (feed() kept any other).
-        return self._dialect.close()
+        try:
+            return self._dialect.close()
+        except IncompleteStream as err:
+            if not self._head:
+                raise
+            raise _no_events(err, self._head) from None
+
+
+def _no_events(err: IncompleteStream, head: bytearray) -> RafrxError:
+    """Why a body with no event ended: the provider's error it holds as JSON (not as
+    an event), or ``err`` saying how the body began (its lines that are no comments)."""
+    text = head.decode("utf-8", "replace").removeprefix("\ufeff")
+    lines = [line for line in text.splitlines() if line.strip() and not line.startswith(":")]
+    if not lines:  # nothing, or keep-alive comments only
+        return err
+    shown = "\n".join(lines)
+    try:
+        payload = json.loads(shown)
+    except (ValueError, RecursionError):
+        payload = None
+    if isinstance(payload, dict) and ("error" in payload or payload.get("type") == "error"):
+        return error_event(ServerSentEvent(event="error", data=shown))
+    began = shown if len(shown) <= 200 else shown[:199] + "…"
+    return IncompleteStream(f"{err.message}; the body held no event, it began: {began!r}")

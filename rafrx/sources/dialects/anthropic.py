@@ -16,8 +16,9 @@
 * ``tool_use`` blocks → ``ToolCallStart`` / ``ToolCallArgs`` / ``ToolCallEnd``.
   The arguments are the ``input_json_delta`` pieces; an ``input`` the block
   starts with (Anthropic's is ``{}``; some gateways send the whole input there)
-  counts only when no piece comes, as in the SDK. A block that never stops (``max_tokens`` cut it) gets no ``ToolCallEnd``,
-  so its call is never run: it ends cut short (``ToolCallIncompleteContent``).
+  counts only when no piece comes, as in the SDK. A block that never stops
+  (``max_tokens`` cut it) gets no ``ToolCallEnd``, so its call is never run: it
+  ends cut short (``ToolCallIncompleteContent``).
   A block's other members (the ``caller`` of a call made by Claude's code)
   go on its ``TOOL_USE_REF``, which then goes out at once, for the block to
   go back whole and in its place.
