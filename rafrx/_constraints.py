@@ -87,6 +87,11 @@ def annotated_schema(schema: dict[str, Any], metadata: Iterable[Any]) -> dict[st
         >>> annotated_schema({"anyOf": [{"type": "array"}, {"type": "null"}]}, [annotated_types.MaxLen(2)])
         {'anyOf': [{'type': 'array'}, {'type': 'null'}], 'maxItems': 2}
     """  # noqa: E501
+    return {**schema, **_keywords(schema, metadata)}
+
+
+def _keywords(schema: Mapping[str, Any], metadata: Iterable[Any]) -> dict[str, Any]:
+    """What :func:`annotated_schema` adds to ``schema`` (or puts in place of its own)."""
     extra: dict[str, Any] = {}
     sized = [kind for kind in _LENGTHS if kind in _types(schema)] or ["string"]
     for item in metadata:
@@ -97,7 +102,7 @@ def annotated_schema(schema: dict[str, Any], metadata: Iterable[Any]) -> dict[st
         if field is not None:
             if field.description:
                 extra["description"] = field.description
-            extra.update(annotated_schema(schema, field.metadata))
+            extra.update(_keywords(schema, field.metadata))  # (not the schema's description)
             continue
         for name, keyword in _BOUNDS.items():
             bound = _json_number(getattr(item, name, None))
@@ -112,7 +117,7 @@ def annotated_schema(schema: dict[str, Any], metadata: Iterable[Any]) -> dict[st
             pattern = pattern.pattern
         if isinstance(pattern, str):
             extra["pattern"] = pattern
-    return {**schema, **extra}
+    return extra
 
 
 def _types(schema: Mapping[str, Any]) -> set[str]:

@@ -144,9 +144,20 @@ def detached(error: E) -> E:
 
     For an error an object keeps to raise again: raising the kept one would
     give it a traceback holding the raising frame, and so the object itself.
-    Keep a detached copy and raise a new detached copy each time.
+    Keep a detached copy and raise a new detached copy each time. An error
+    that cannot be made again from its ``args`` (an SDK's status error, with
+    required keyword arguments) is copied without its ``__init__``; notes
+    added to the copy stay its own.
     """
-    return copy.copy(error)
+    try:
+        duplicate = copy.copy(error)
+    except Exception:  # (copy calls type(error)(*error.args))
+        duplicate = type(error).__new__(type(error))
+        duplicate.args = error.args
+        duplicate.__dict__.update(vars(error))
+    if isinstance(getattr(duplicate, "__notes__", None), list):
+        duplicate.__notes__ = list(duplicate.__notes__)
+    return duplicate
 
 
 class Outcome(Generic[T]):

@@ -215,6 +215,8 @@ ORDER_BOUNDS: Final[tuple[tuple[str, str, Callable[[Any, Any], bool], str], ...]
 
 
 def _check_number(schema: Mapping[str, Any], value: float, path: str) -> str | None:
+    if schema.get("exclusiveMinimum") is True or schema.get("exclusiveMaximum") is True:
+        schema = _draft4_bounds(schema)
     for key, _, holds, words in ORDER_BOUNDS:
         bound: Any = schema.get(key)
         is_number = isinstance(bound, int | float) and not isinstance(bound, bool)
@@ -224,6 +226,23 @@ def _check_number(schema: Mapping[str, Any], value: float, path: str) -> str | N
     if isinstance(step, int | float) and step > 0 and not _is_multiple(value, step):
         return f"{_where(path)}expected a multiple of {_text(step)}, got {show(value)}"
     return None
+
+
+def _draft4_bounds(schema: Mapping[str, Any]) -> dict[str, Any]:
+    """``schema`` with draft 4's (and OpenAPI 3.0's) ``exclusiveMinimum: true``, which
+    makes ``minimum`` exclusive, in today's form: ``exclusiveMinimum`` the bound.
+
+    Example:
+        >>> _draft4_bounds({"minimum": 0, "exclusiveMinimum": True})
+        {'exclusiveMinimum': 0}
+    """
+    out = dict(schema)
+    for bound, exclusive in (("minimum", "exclusiveMinimum"), ("maximum", "exclusiveMaximum")):
+        if out.get(exclusive) is True:
+            del out[exclusive]
+            if bound in out:
+                out[exclusive] = out.pop(bound)
+    return out
 
 
 def _is_multiple(value: float, step: float) -> bool:
@@ -240,7 +259,7 @@ def _is_multiple(value: float, step: float) -> bool:
 def _check_string(schema: Mapping[str, Any], value: str, path: str) -> str | None:
     count = _count_error(schema, "Length", len(value), "characters")  # code points, as JSON
     if count:
-        return f"{_where(path)}{count}, got {show(value)}"
+        return f"{_where(path)}{count}: {show(value)}"
     pattern = schema.get("pattern")
     regex = _compiled(pattern) if isinstance(pattern, str) else None
     if regex is not None and regex.search(value) is None:

@@ -101,6 +101,8 @@ class _Stores:
         for hook in ("__attrs_pre_init__", "__attrs_post_init__"):
             if hasattr(cls, hook):
                 raise TypeError(f"{cls.__name__} has {hook}")
+        if any("_attrs_cached_hash" in vars(c).get("__slots__", ()) for c in cls.__mro__):
+            raise TypeError(f"{cls.__name__} caches its hash (cache_hash=True)")
         self.cls = cls
         self.namespace: dict[str, Any] = {"_validators_disabled": attrs.validators.get_disabled}
         self.positional: list[str] = []  # __init__'s parameters, with their defaults
@@ -110,7 +112,8 @@ class _Stores:
         for k, field in enumerate(attrs.fields(klass)):
             _check_supported(cls, field)
             name = field.name
-            self.namespace[f"_store_{k}"] = cls.__dict__[name].__set__
+            slot = next(vars(c)[name] for c in cls.__mro__ if name in vars(c))  # (or a base's)
+            self.namespace[f"_store_{k}"] = slot.__set__
             param = name
             if field.default is not attrs.NOTHING:
                 self.namespace[f"_default_{k}"] = field.default

@@ -37,31 +37,33 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import inspect
 import logging
 import threading
 import uuid
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from typing import Any, Protocol, TypeAlias
 
 from reactivex import Observable, abc
-from reactivex.disposable import Disposable
+from reactivex.disposable import Disposable, SingleAssignmentDisposable
 
 from rafrx._call import call_on
 from rafrx._cycles import Outcome, let_go
-from rafrx.errors import MaxStepsExceeded, RafrxError, TransportError
+from rafrx.errors import MaxStepsExceeded, RafrxError, TransportError, error_text
 from rafrx.history import ContextProvider, HistoryProvider
 from rafrx.messages import (
     ChatMessage,
     MessageRole,
     MessageSource,
     answers_approvals,
+    checked_messages,
     is_paused,
     paired,
 )
-from rafrx.operators import convert, execute_tools
+from rafrx.operators import convert
 from rafrx.operators._aggregate import ResponseAggregator, collect_agent_response
-from rafrx.operators._execute_tools import Approver, clip
+from rafrx.operators._execute_tools import Approver, clip, execute_tools
 from rafrx.response import AgentResponse, AgentResponseResult, FinishReason
 from rafrx.tools import Tool, as_tool
 from rafrx.typing import Operator
@@ -91,7 +93,10 @@ def _tool_name(value: Tool | Callable[..., Any] | ServerTool) -> str:
 
 
 class ChatClient(Protocol):
-    """What an :class:`Agent` needs from a client: one cold stream per LLM call."""
+    """What an :class:`Agent` needs from a client: one cold stream per LLM call, emitting
+    on the thread of the loop the turn runs on, where its tools run (as rafrx's clients
+    do; one that emits from a worker thread can add ``reactivex.operators.observe_on``
+    with an ``AsyncIOScheduler`` of that loop)."""
 
     def stream(
         self, messages: Sequence[ChatMessage], tools: Sequence[Tool | ServerTool] | None = None
@@ -106,14 +111,7 @@ def _as_input(value: str | ChatMessage | Sequence[ChatMessage]) -> tuple[ChatMes
     if isinstance(value, str):
         return (ChatMessage.user(value, source=MessageSource.EXTERNAL),)
     expected = "an agent's input is a str, a ChatMessage or a sequence of ChatMessages"
-    hint = " (ChatMessage.from_openai reads an OpenAI message dict)"
-    if isinstance(value, Mapping):
-        raise TypeError(f"{expected}, not a {type(value).__name__}{hint}")
-    messages = (value,) if isinstance(value, ChatMessage) else tuple(value)
-    for i, message in enumerate(messages):
-        if not isinstance(message, ChatMessage):
-            said = f"a {type(message).__name__}" + (hint if isinstance(message, Mapping) else "")
-            raise TypeError(f"{expected}; item {i} is {message!r:.80}, {said}")
+    messages = checked_messages(value, expected)
     return tuple(m if m.source else m.with_source(MessageSource.EXTERNAL) for m in messages)
 
 
@@ -136,6 +134,12 @@ def _paired_before(
         answers.append(message)
     given = {id(m) for m in answers}
     return [m for m in paired([*loaded, *answers]) if id(m) not in given]
+
+
+async def _result(value: Any) -> Any:
+    """``value``, awaited if it is awaitable: a history or context provider's method may be
+    a plain function (the protocols' are async, but a sync one is easy to write)."""
+    return await value if inspect.isawaitable(value) else value
 
 
 def _messages_from(provider: object, method: str, value: Any) -> list[ChatMessage]:
@@ -266,14 +270,19 @@ class Agent:
             )
         self._tools = tuple(_offered(t) for t in tools)
 
-    def _executor(self) -> Operator[AgentResponseResult, AgentResponseResult]:
-        """``execute_tools`` over the agent's tools and approver as they are now."""
+    def _executor(
+        self, closed: set[str] | None = None
+    ) -> Operator[AgentResponseResult, AgentResponseResult]:
+        """``execute_tools`` over the agent's tools and approver as they are now, the
+        approval requests of the turn's earlier LLM calls ``closed`` (answers to them
+        that come late never approve a call that reuses the id)."""
         return execute_tools(
             [t for t in self.tools if not isinstance(t, Mapping)],
             self.approver,
             concurrency=self.concurrency,
             max_result_chars=self.max_result_chars,
             approval_timeout=self.approval_timeout,
+            closed=closed,
         )
 
     def __repr__(self) -> str:
@@ -326,6 +335,7 @@ class Agent:
             except RuntimeError:
                 observer.on_error(RuntimeError("subscribe to Agent.run() from a running loop"))
                 return Disposable()
+            self._turns = {t for t in self._turns if not t.event_loop.is_closed()}  # (stranded)
             if isinstance(self.approver, Observable) and self._turns:
                 observer.on_error(
                     RuntimeError(
@@ -335,7 +345,7 @@ class Agent:
                     )
                 )
                 return Disposable()
-            turn = _Turn(self, new_input, observer)
+            turn = _Turn(self, new_input, observer, loop)
             task = loop.create_task(turn.run(), name="rafrx turn")
             _RUNNING.add(task)
             task.add_done_callback(_RUNNING.discard)
@@ -364,6 +374,9 @@ def _goes_on(step: AgentResponse) -> bool:
     )
 
 
+_Entries: TypeAlias = dict[Future[None], asyncio.AbstractEventLoop]
+
+
 class _HistoryAccess:
     """The loads and saves of one agent's history, from turns on any thread's loop.
 
@@ -377,22 +390,25 @@ class _HistoryAccess:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()  # (another thread's turn may check and enter at once)
-        self.saving: set[Future[None]] = set()
-        self.loading: set[Future[None]] = set()
+        # The loads and saves running, each with its loop: one left on a loop that was
+        # closed will never end, and no longer counts.
+        self.saving: dict[Future[None], asyncio.AbstractEventLoop] = {}
+        self.loading: dict[Future[None], asyncio.AbstractEventLoop] = {}
 
-    async def load(self, load: Callable[[], Awaitable[Any]]) -> Any:
-        """``await load()`` once no save runs."""
+    async def load(self, load: Callable[[], Any]) -> Any:
+        """``load()`` (awaited if it is awaitable) once no save runs."""
         entry = await self._enter(self.loading, self.saving)
         try:
-            return await load()
+            return await _result(load())
         finally:
             self._leave(self.loading, entry)
 
-    async def save(self, save: Callable[[], Awaitable[None]]) -> None:
-        """``await save()`` once no load or save runs, to its end whatever happens here."""
+    async def save(self, save: Callable[[], Any]) -> None:
+        """``save()`` (awaited if awaitable) once no load or save runs, to its end whatever
+        happens here."""
         entry = await self._enter(self.saving, self.saving, self.loading)
         try:
-            saving = asyncio.ensure_future(save())
+            saving = asyncio.ensure_future(_result(save()))
         except BaseException:
             self._leave(self.saving, entry)
             raise
@@ -403,20 +419,23 @@ class _HistoryAccess:
             saving.add_done_callback(_log_failed_save)
             raise
 
-    async def _enter(self, into: set[Future[None]], *after: set[Future[None]]) -> Future[None]:
+    async def _enter(self, into: _Entries, *after: _Entries) -> Future[None]:
         """Wait until none of ``after`` runs, then be in ``into`` (checked and entered at once)."""
         while True:
             with self._lock:
+                for entries in after:  # (stranded on a closed loop: never ending)
+                    for stranded in [e for e, loop in entries.items() if loop.is_closed()]:
+                        del entries[stranded]
                 running = [entry for entries in after for entry in entries]
                 if not running:
                     entry: Future[None] = Future()
-                    into.add(entry)
+                    into[entry] = asyncio.get_running_loop()
                     return entry
             await asyncio.wait([asyncio.wrap_future(entry) for entry in running])
 
-    def _leave(self, into: set[Future[None]], entry: Future[None]) -> None:
+    def _leave(self, into: _Entries, entry: Future[None]) -> None:
         with self._lock:
-            into.discard(entry)
+            into.pop(entry, None)
         entry.set_result(None)
 
 
@@ -482,13 +501,16 @@ class _Turn:
         agent: Agent,
         new_input: tuple[ChatMessage, ...],
         observer: abc.ObserverBase[AgentResponseResult],
+        loop: asyncio.AbstractEventLoop,
     ) -> None:
         self.agent = agent
+        self.event_loop = loop
         self.new_input = new_input
         self.observer = observer
         self.turn = ResponseAggregator(agent.id)
         self.stopped = False
         self.current: abc.DisposableBase | None = None  # the running step's subscription
+        self.closed_requests: set[str] = set()  # approval requests answered (execute_tools)
 
     def stop(self) -> None:
         """Dispose of the running step now; nothing is forwarded after this."""
@@ -501,14 +523,29 @@ class _Turn:
     async def run(self) -> None:
         try:
             await self.loop()
-        except asyncio.CancelledError:
-            if not self.stopped:  # not disposed: its loop is ending (asyncio.run returned)
-                cancelled = TransportError(
-                    "the turn was cancelled (its event loop ended?)", retryable=False
-                )
-                cancelled.partial = self.turn.failed(cancelled)
-                self.terminate(self.observer.on_error, cancelled)
-            raise
+        except asyncio.CancelledError as cancelled:
+            task = asyncio.current_task()
+            if self.stopped or task is None or task.cancelling():
+                del cancelled, task  # (this frame is in its traceback: no cycle)
+                if not self.stopped:  # not disposed: its loop is ending (asyncio.run returned)
+                    ended = TransportError(
+                        "the turn was cancelled (its event loop ended?)", retryable=False
+                    )
+                    ended.partial = self.turn.failed(ended)
+                    self.terminate(self.observer.on_error, ended)
+                raise
+            # Raised by the turn's own code (a provider, a client's on_error), its task not
+            # cancelled: that code failed, and the turn with it.
+            said = error_text(cancelled) or "no message"
+            failed = TransportError(
+                f"the turn failed: a CancelledError ({said}) was raised by its client or "
+                "a history or context provider, while the turn itself was not cancelled",
+                retryable=False,
+            )
+            failed.__cause__ = cancelled
+            failed.partial = self.turn.failed(failed)
+            self.terminate(self.observer.on_error, let_go(failed))
+            del failed, cancelled  # this frame is in their tracebacks: no cycle
         except (KeyboardInterrupt, SystemExit):
             raise  # the program stops
         except BaseException as exc:  # any other (GreenletExit …) still ends the turn
@@ -545,7 +582,7 @@ class _Turn:
             history = [m.with_source(MessageSource.CHAT_HISTORY) for m in repaired]
         context: list[ChatMessage] = []
         for provider in agent.context_providers:
-            given = await provider.provide((*history, *self.new_input))
+            given = await _result(provider.provide((*history, *self.new_input)))
             given = _messages_from(provider, "provide()", given)
             context.extend(m.with_source(MessageSource.CONTEXT_PROVIDER) for m in given)
         head = [] if agent.instructions is None else [ChatMessage.system(agent.instructions)]
@@ -556,7 +593,9 @@ class _Turn:
         conversation = await self.messages()
         calling = used_tools = False
         for _ in range(agent.max_steps):
+            self.check_stopped()
             step = await self.step(conversation, self.unforced() if used_tools else {})
+            self.check_stopped()  # (a client that emits at once: no await let it land)
             calling = any(call.complete for call in step.tool_calls)
             used_tools = used_tools or calling
             if not calling and not _goes_on(step):
@@ -586,6 +625,11 @@ class _Turn:
             return
         messages = [*self.new_input, *response.turn_transcript]
         await agent._history_access.save(functools.partial(agent.history.save, messages))
+
+    def check_stopped(self) -> None:
+        """Raise ``CancelledError`` if the turn was stopped (disposed): nothing more runs."""
+        if self.stopped:
+            raise asyncio.CancelledError
 
     def unforced(self) -> dict[str, Any]:
         """The body fields of a call after the turn used tools (see ``reset_tool_choice``)."""
@@ -617,9 +661,14 @@ class _Turn:
 
         stream: Callable[..., Observable[Update]] = agent.client.stream  # (params: rafrx's)
         source = stream(tuple(messages), agent.tools or None, **params)
-        results = source.pipe(convert(eager=agent.eager_tools), agent._executor())
-        subscription = results.subscribe(on_next, done.set_exception, lambda: done.set_result(None))
-        self.current = subscription
+        results = source.pipe(
+            convert(eager=agent.eager_tools), agent._executor(self.closed_requests)
+        )
+        # Held before subscribing: a client that emits at once may be disposed meanwhile.
+        self.current = subscription = SingleAssignmentDisposable()
+        subscription.disposable = results.subscribe(
+            on_next, done.set_exception, lambda: done.set_result(None)
+        )
         try:
             await done.wait()
         finally:

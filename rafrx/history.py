@@ -107,7 +107,8 @@ class InMemoryHistoryProvider:
 
     async def save(self, messages: Sequence[ChatMessage]) -> None:
         """Append the messages that are new (see :func:`is_new`); skip the others."""
-        self._messages.extend(m for m in messages if is_new(m))
+        # (copies: what a caller does to the saved messages' blocks never reaches the history)
+        self._messages.extend(copy.deepcopy(m) for m in messages if is_new(m))
 
     def clear(self) -> None:
         """Forget the conversation."""

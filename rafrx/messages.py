@@ -446,6 +446,30 @@ def _is_legacy_call(calls: tuple[ToolCall, ...]) -> bool:
 LOST_RESULT = "the result of this call was lost (it is not in the history)"
 
 
+def checked_messages(value: Any, expected: str) -> tuple[ChatMessage, ...]:
+    """``value`` (a ChatMessage, or an iterable of them) as a tuple of ChatMessages; else
+    a ``TypeError`` saying ``expected`` and what was given (and how to read a dict).
+
+    Example:
+        >>> checked_messages([{"role": "user", "content": "hi"}], "messages are ChatMessages")
+        Traceback (most recent call last):
+        ...
+        TypeError: messages are ChatMessages; item 0 is {'role': 'user', 'content': 'hi'}, a dict (ChatMessage.from_openai reads an OpenAI message dict)
+    """  # noqa: E501
+    hint = " (ChatMessage.from_openai reads an OpenAI message dict)"
+    if isinstance(value, ChatMessage):
+        return (value,)
+    if isinstance(value, str | Mapping) or not isinstance(value, Iterable):
+        said = type(value).__name__ + (hint if isinstance(value, Mapping) else "")
+        raise TypeError(f"{expected}, not a {said}")
+    messages = tuple(value)
+    for i, message in enumerate(messages):
+        if not isinstance(message, ChatMessage):
+            said = f"a {type(message).__name__}" + (hint if isinstance(message, Mapping) else "")
+            raise TypeError(f"{expected}; item {i} is {message!r:.80}, {said}")
+    return messages
+
+
 def paired(messages: Iterable[ChatMessage]) -> list[ChatMessage]:
     """The messages with every tool call answered right after its assistant message.
 

@@ -255,6 +255,9 @@ class Tool(Generic[P, R]):
         kind = self.parameters.get("type", "object")
         if kind == "object" or (isinstance(kind, list) and "object" in kind):
             problems = check_object(self.parameters, arguments, "")  # every problem
+            if not problems:  # then what the schema says of the whole (anyOf, enum ...)
+                error = check(_of_the_whole(self.parameters), arguments, "")
+                problems = [error] if error else []
         else:
             error = check(self.parameters, arguments, "")
             problems = [error] if error else []
@@ -288,7 +291,7 @@ class Tool(Generic[P, R]):
         args, kwargs = self._bind(arguments)
         # Its own task, so that the deadline holds even for a function that ignores
         # its cancellation: after CANCEL_GRACE it is left to finish on its own, unheeded.
-        running = asyncio.ensure_future(self._call(args, kwargs))
+        running = asyncio.ensure_future(self._call(args, kwargs, asyncio.current_task()))
         try:
             finished, _ = await asyncio.wait((running,), timeout=self.timeout)
         except asyncio.CancelledError as cancelled:
@@ -312,7 +315,11 @@ class Tool(Generic[P, R]):
         finally:
             del running, finished  # the task holds the error, whose traceback holds this frame
 
-    async def _call(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
+    async def _call(
+        self, args: Sequence[Any], kwargs: Mapping[str, Any], caller: asyncio.Task[Any] | None
+    ) -> Any:
+        if caller is not None and caller.cancelling():  # cancelled before this task began:
+            raise asyncio.CancelledError  # the function never starts
         try:
             return await call_function(self.fn, args, kwargs)
         except SystemExit as exc:  # argparse, sys.exit: an error result, not the loop's end
@@ -335,6 +342,18 @@ def _object(schema: Mapping[str, Any]) -> dict[str, Any]:
         sent["properties"] = {}
     sent.setdefault("type", "object")
     return sent
+
+
+def _of_the_whole(schema: Mapping[str, Any]) -> dict[str, Any]:
+    """What an object schema says of the object as a whole, not member by member.
+
+    Example:
+        >>> _of_the_whole({"type": "object", "anyOf": [{"required": ["a"]}], "required": []})
+        {'anyOf': [{'required': ['a']}]}
+    """
+    return {
+        key: schema[key] for key in ("enum", "const", "anyOf", "oneOf", "allOf") if key in schema
+    }
 
 
 def _drop_outcome(task: asyncio.Future[Any]) -> None:

@@ -68,6 +68,7 @@ class _Runner:
         concurrency: int,
         max_chars: int,
         approval_timeout: float | None,
+        closed: set[str] | None = None,
     ) -> None:
         self.observer = observer
         self.tools = tools
@@ -82,8 +83,9 @@ class _Runner:
         self.seen: set[str] = set()
         self.answers: dict[str, ToolApprovalResponse] = {}
         # Calls whose request was answered or timed out: a later answer to one (a double
-        # click, a late one) is dropped, until the id is asked about again.
-        self.closed: set[str] = set()
+        # click, a late one) is dropped, until the id is asked about again. (An agent's
+        # turn shares it between its LLM calls, whose runners are each their own.)
+        self.closed: set[str] = set() if closed is None else closed
         self.waiting: dict[str, asyncio.Future[ToolApprovalResponse]] = {}
         self.answers_closed: str | None = None  # why no answer can come any more
         # The last remote answer's turn to go: answers go in the order of their requests.
@@ -103,6 +105,10 @@ class _Runner:
                     self.seen.clear()  # a new LLM call: an id may come back in it
                 elif isinstance(event, ToolApprovalRequestEvent):
                     self.closed.discard(event.call_id)  # (answers may come as it is seen)
+        if self.closed:  # a new call with the id of one answered: answers may come on sight
+            for content in result.contents:
+                if isinstance(content, ToolCallingContent) and content.call_id not in self.seen:
+                    self.closed.discard(content.call_id)
         self.observer.on_next(result)
         for content in result.contents:
             if self.stopped:
@@ -426,8 +432,11 @@ def execute_tools(
     concurrency: int = 8,
     max_result_chars: int = 100_000,
     approval_timeout: float | None = None,
+    closed: set[str] | None = None,
 ) -> Operator[AgentResponseResult, AgentResponseResult]:
-    """See :func:`rafrx.operators.execute_tools`."""
+    """See :func:`rafrx.operators.execute_tools`; ``closed``: the ids of the requests
+    answered (or timed out) already, shared with other subscriptions (an agent's turn
+    makes one per LLM call), whose late answers are dropped (see ``_Runner.closed``)."""
     table: dict[str, Tool] = {}
     for item in tools:
         t = as_tool(item)
@@ -447,7 +456,7 @@ def execute_tools(
             scheduler: abc.SchedulerBase | None = None,
         ) -> abc.DisposableBase:
             runner = _Runner(
-                observer, table, approver, concurrency, max_result_chars, approval_timeout
+                observer, table, approver, concurrency, max_result_chars, approval_timeout, closed
             )
             answers = SingleAssignmentDisposable()
             if isinstance(approver, Observable):

@@ -13,6 +13,7 @@ Example:
 from __future__ import annotations
 
 import json
+import re
 
 from rafrx._cycles import detached
 from rafrx.errors import IncompleteStream, RafrxError
@@ -25,6 +26,12 @@ __all__ = ["UpdateDecoder"]
 
 #: How much of a body with no event is kept, to say what it held instead.
 _HEAD_BYTES = 2048
+_LINE_END = re.compile(rb"\r\n|\r|\n")
+
+
+def _shown(line: bytes) -> bool:
+    """Whether a line of a body with no event says something (no comment, not blank)."""
+    return bool(line.strip()) and not line.startswith(b":")
 
 
 class UpdateDecoder:
@@ -152,7 +159,11 @@ class UpdateDecoder:
         if events or head is None:
             self._head = None  # a stream of events: nothing to explain
         elif len(head) < _HEAD_BYTES:
-            head += chunk[: _HEAD_BYTES - len(head)]
+            head += chunk
+            if len(head) >= _HEAD_BYTES:  # full: what is worth keeping (no comment lines)
+                *lines, rest = _LINE_END.split(bytes(head))
+                head[:] = b"".join(line + b"\n" for line in lines if _shown(line)) + rest
+                del head[_HEAD_BYTES:]
 
     def salvage(self) -> list[AgentResponseUpdate]:
         """After the stream failed (an error raised here, a broken connection, a timeout):

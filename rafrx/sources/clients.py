@@ -56,6 +56,7 @@ from rafrx.messages import (
     _block_type,
     _responses_id,
     _unique_call_ids,
+    checked_messages,
     custom_input,
     pending_container,
     to_anthropic,
@@ -109,6 +110,27 @@ mapping with those keys (an OpenAI ``{"type": "function", "function": {...}}``
 or Anthropic ``input_schema`` mapping works too)."""
 
 _EMPTY_SCHEMA: Mapping[str, Any] = {"type": "object", "properties": {}}
+
+
+def _checked_tools(tools: Any) -> list[ToolLike]:
+    """``tools`` as a list of tool definitions, or a ``TypeError`` saying what is wrong."""
+    if tools is None:
+        return []
+    if isinstance(tools, Mapping) or callable(tools) or not isinstance(tools, Iterable):
+        raise TypeError(
+            f"a client's tools are a list (tools=[...]), not one {type(tools).__name__}"
+        )
+    offered = list(tools)
+    for i, tool in enumerate(offered):
+        if not (isinstance(tool, Mapping) or all(hasattr(tool, a) for a in _DEFINED)):
+            raise TypeError(
+                f"a client's tools are Tools (rafrx.tool(fn) makes one) or mappings; "
+                f"tool {i} is a {type(tool).__name__}"
+            )
+    return offered
+
+
+_DEFINED: Final = ("name", "description", "parameters")
 
 
 def tool_schema(tool: ToolLike) -> tuple[str, str, dict[str, Any]]:
@@ -464,10 +486,16 @@ class LLMClient(abc.ABC):
             messages: The conversation.
             tools: The tools offered to the model.
             **params: Body fields for this call only (override the client's).
+
+        Raises:
+            TypeError: ``messages`` are not ChatMessages (an OpenAI dict, say:
+                ``ChatMessage.from_openai`` reads one), or a tool is neither a
+                :class:`~rafrx.tools.Tool` nor a mapping.
         """
+        conversation = checked_messages(messages, "a client's messages are ChatMessages")
         fields = dict(self.params)
-        offered = [*(tools or ()), *(fields.pop("tools", None) or ())]  # (the client's: too)
-        payload = self._payload(list(messages), offered)
+        offered = [*_checked_tools(tools), *(fields.pop("tools", None) or ())]  # (the client's)
+        payload = self._payload(list(conversation), offered)
         payload.update(fields)
         payload.update(params)
         payload["stream"] = True
