@@ -215,11 +215,10 @@ class UpdateDecoder:
 def _no_events(err: IncompleteStream, head: bytearray) -> RafrxError:
     """Why a body with no event ended: the provider's error it holds as JSON (not as
     an event), or ``err`` saying how the body began (its lines that are no comments)."""
-    text = head.decode("utf-8", "replace").removeprefix("\ufeff")
-    lines = [line for line in text.splitlines() if line.strip() and not line.startswith(":")]
-    if not lines:  # nothing, or keep-alive comments only
+    lines = _LINE_END.split(bytes(head).removeprefix(b"\xef\xbb\xbf"))  # (less a BOM)
+    shown = b"\n".join(line for line in lines if _shown(line)).decode("utf-8", "replace")
+    if not shown:  # nothing, or keep-alive comments only
         return err
-    shown = "\n".join(lines)
     try:
         payload = json.loads(shown)
     except (ValueError, RecursionError):
