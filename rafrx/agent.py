@@ -335,7 +335,8 @@ class Agent:
             except RuntimeError:
                 observer.on_error(RuntimeError("subscribe to Agent.run() from a running loop"))
                 return Disposable()
-            self._turns = {t for t in self._turns if not t.event_loop.is_closed()}  # (stranded)
+            for stranded in [t for t in tuple(self._turns) if t.event_loop.is_closed()]:
+                self._turns.discard(stranded)  # (in place: other threads' turns use the set)
             if isinstance(self.approver, Observable) and self._turns:
                 observer.on_error(
                     RuntimeError(
@@ -431,7 +432,8 @@ class _HistoryAccess:
                     entry: Future[None] = Future()
                     into[entry] = asyncio.get_running_loop()
                     return entry
-            await asyncio.wait([asyncio.wrap_future(entry) for entry in running])
+            # (with a timeout: an entry whose loop is closed meanwhile will never end)
+            await asyncio.wait([asyncio.wrap_future(entry) for entry in running], timeout=0.5)
 
     def _leave(self, into: _Entries, entry: Future[None]) -> None:
         with self._lock:

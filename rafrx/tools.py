@@ -291,7 +291,9 @@ class Tool(Generic[P, R]):
         args, kwargs = self._bind(arguments)
         # Its own task, so that the deadline holds even for a function that ignores
         # its cancellation: after CANCEL_GRACE it is left to finish on its own, unheeded.
-        running = asyncio.ensure_future(self._call(args, kwargs, asyncio.current_task()))
+        caller = asyncio.current_task()
+        cancels = 0 if caller is None else caller.cancelling()
+        running = asyncio.ensure_future(self._call(args, kwargs, caller, cancels))
         try:
             finished, _ = await asyncio.wait((running,), timeout=self.timeout)
         except asyncio.CancelledError as cancelled:
@@ -316,10 +318,16 @@ class Tool(Generic[P, R]):
             del running, finished  # the task holds the error, whose traceback holds this frame
 
     async def _call(
-        self, args: Sequence[Any], kwargs: Mapping[str, Any], caller: asyncio.Task[Any] | None
+        self,
+        args: Sequence[Any],
+        kwargs: Mapping[str, Any],
+        caller: asyncio.Task[Any] | None = None,
+        cancels: int = 0,
     ) -> Any:
-        if caller is not None and caller.cancelling():  # cancelled before this task began:
-            raise asyncio.CancelledError  # the function never starts
+        # The caller cancelled (again: a cleanup may call a tool) before this task began:
+        # the function never starts.
+        if caller is not None and caller.cancelling() > cancels:
+            raise asyncio.CancelledError
         try:
             return await call_function(self.fn, args, kwargs)
         except SystemExit as exc:  # argparse, sys.exit: an error result, not the loop's end

@@ -116,7 +116,7 @@ def _checked_tools(tools: Any) -> list[ToolLike]:
     """``tools`` as a list of tool definitions, or a ``TypeError`` saying what is wrong."""
     if tools is None:
         return []
-    if isinstance(tools, Mapping) or callable(tools) or not isinstance(tools, Iterable):
+    if isinstance(tools, Mapping) or not isinstance(tools, Iterable):  # (a bare Tool is none)
         raise TypeError(
             f"a client's tools are a list (tools=[...]), not one {type(tools).__name__}"
         )
