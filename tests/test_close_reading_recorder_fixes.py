@@ -11,7 +11,7 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-import httpx
+import httpx2
 import openai
 import pytest
 import reactivex
@@ -223,7 +223,7 @@ def test_an_error_attribute_named_type_does_not_replace_the_recorded_class(
     """
     error = openai.APIError(
         "Bad key",
-        httpx.Request("POST", "https://api.openai.com/v1/chat/completions"),
+        httpx2.Request("POST", "https://api.openai.com/v1/chat/completions"),
         body={"type": "invalid_request_error", "code": "invalid_api_key"},
     )
     path = tmp_path / "turn.jsonl"

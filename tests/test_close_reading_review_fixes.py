@@ -12,7 +12,7 @@ import io
 import json
 from typing import Any
 
-import httpx
+import httpx2
 import openai
 import pytest
 import reactivex
@@ -30,8 +30,8 @@ from rafrx.tools import ToolApprovalResponse, tool
 
 def _rate_limit_error() -> openai.RateLimitError:
     """What the OpenAI SDK raises on HTTP 429 (``APIStatusError(message, *, response, body)``)."""
-    request = httpx.Request("POST", "https://api.openai.com/v1/chat/completions")
-    response = httpx.Response(429, request=request, json={"error": {"message": "slow down"}})
+    request = httpx2.Request("POST", "https://api.openai.com/v1/chat/completions")
+    response = httpx2.Response(429, request=request, json={"error": {"message": "slow down"}})
     return openai.RateLimitError("slow down", response=response, body=None)
 
 
