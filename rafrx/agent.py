@@ -264,7 +264,7 @@ class Agent:
 
     @tools.setter
     def tools(self, tools: Iterable[Tool | Callable[..., Any] | ServerTool]) -> None:
-        if isinstance(tools, Mapping) or callable(tools):  # (a mapping's keys are no tools)
+        if isinstance(tools, Mapping) or not isinstance(tools, Iterable):  # (a bare Tool too)
             raise TypeError(
                 f"an agent's tools are a list (tools=[...]), not one {type(tools).__name__}"
             )
@@ -393,8 +393,8 @@ class _HistoryAccess:
         self._lock = threading.Lock()  # (another thread's turn may check and enter at once)
         # The loads and saves running, each with its loop: one left on a loop that was
         # closed will never end, and no longer counts.
-        self.saving: dict[Future[None], asyncio.AbstractEventLoop] = {}
-        self.loading: dict[Future[None], asyncio.AbstractEventLoop] = {}
+        self.saving: _Entries = {}
+        self.loading: _Entries = {}
 
     async def load(self, load: Callable[[], Any]) -> Any:
         """``load()`` (awaited if it is awaitable) once no save runs."""

@@ -423,7 +423,7 @@ class ChatMessage:
             name=data.get("name"),
             tool_calls=[_call_from_openai(c) for c in calls] if calls else None,
             tool_call_id=data.get("tool_call_id"),
-            reasoning=data.get("reasoning_content"),
+            reasoning=_reasoning_of(data),
             provider_data=provider_data or None,
         )
 
@@ -444,6 +444,21 @@ def _is_legacy_call(calls: tuple[ToolCall, ...]) -> bool:
 
 #: The result :func:`paired` gives a call whose own result was lost.
 LOST_RESULT = "the result of this call was lost (it is not in the history)"
+
+
+def _reasoning_of(message: Mapping[str, Any]) -> str | None:
+    """An OpenAI-style message's reasoning: DeepSeek's ``reasoning_content``, or the
+    ``reasoning`` of Ollama, vLLM and OpenRouter (as the stream dialect reads them).
+
+    Example:
+        >>> _reasoning_of({"role": "assistant", "reasoning": "Greet."})
+        'Greet.'
+    """
+    for key in ("reasoning_content", "reasoning"):
+        value = message.get(key)
+        if isinstance(value, str):
+            return value
+    return None
 
 
 def checked_messages(value: Any, expected: str) -> tuple[ChatMessage, ...]:
@@ -1163,7 +1178,9 @@ def from_anthropic(
             content = [b for b in content if b.get("type") != "tool_result"]
             if not content:
                 continue
-        text = "".join(b["text"] for b in content if b.get("type") == "text")
+        # (an assistant's blocks join as they came: TEXT_REF counts their characters)
+        joint = "" if msg["role"] == "assistant" else "\n\n"
+        text = joint.join(b["text"] for b in content if b.get("type") == "text")
         calls = [
             ToolCall(b["id"], b["name"], copy.deepcopy(b.get("input", {})))
             for b in content

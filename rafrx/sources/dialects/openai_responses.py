@@ -153,6 +153,8 @@ class OpenAIResponsesDialect:
         "_placed",
         "_reasoned_at",
         "_reasoning_finals",
+        "_reasoning_items",
+        "_reasoning_items_at",
         "_reasoning_streamed",
         "_streamed_text",
         "_texted",
@@ -171,6 +173,8 @@ class OpenAIResponsesDialect:
         self._reasoning_streamed: set[str | None] = set()  # items whose reasoning had deltas
         self._reasoning_finals: set[str | None] = set()  # items whose .done text was sent
         self._finished_messages: set[str] = set()  # the message items done
+        self._reasoning_items: set[str] = set()  # the reasoning items done (whole)
+        self._reasoning_items_at: set[int] = set()  # and their output indexes
         # A reasoning or a server tool's item came: the output items' places and ids
         # are kept (the API pairs a reasoning item with the item after it; a server
         # item goes back in its place), those before it named when it comes.
@@ -248,12 +252,17 @@ class OpenAIResponsesDialect:
 
     def _text_done(self, event: ServerSentEvent, data: dict[str, Any]) -> list[AgentResponseUpdate]:
         """The whole text of a part, from a server that sent it without deltas."""
-        if self._streamed_text:
-            return []
+        if self._streamed_text or self._message_done(as_str(data.get("item_id")), data):
+            return []  # (its finished item, come first, brought the text)
         refusal = _event_type(event, data) == "response.refusal.done"
         text = as_str(data.get("refusal" if refusal else "text"))
         self._note_text(data)
         return [TextDelta(text)] if text else []
+
+    def _message_done(self, item_id: str | None, data: dict[str, Any]) -> bool:
+        """Whether the message item the event ``data`` is about is done (maybe under
+        another id: mistral.rs)."""
+        return item_id in self._finished_messages or bool(self._finished_at & set(_index_of(data)))
 
     def _note_text(self, data: dict[str, Any]) -> None:
         """The text of the message this event is about has been sent."""
@@ -282,6 +291,8 @@ class OpenAIResponsesDialect:
         item_id = as_str(data.get("item_id"))
         if item_id in self._reasoning_streamed or None in self._reasoning_streamed:
             return []
+        if item_id in self._reasoning_items or self._reasoning_items_at & set(_index_of(data)):
+            return []  # (its finished item, come first, brought the text)
         if item_id not in self._reasoning_finals and self._reasoned_at & set(_index_of(data)):
             return []  # another id for an item whose reasoning came (mistral.rs)
         self._reasoning_finals.add(item_id)
@@ -416,9 +427,16 @@ class OpenAIResponsesDialect:
                     {"type": FUNCTION_CALL_REF, "id": item_id, "call_id": call.call_id}
                 )
             return out
-        if kind == "reasoning" and item_id is not None:
-            # (the items after it go back paired with it, by id)
-            return [*self._reasoning_of(event, item, data), *self._place(item)]
+        if kind == "reasoning":
+            at = _index_of(data)
+            if item_id in self._reasoning_items or self._reasoning_items_at & set(at):
+                return []  # (done already, maybe under another id: the final output)
+            if item_id is not None:
+                self._reasoning_items.add(item_id)
+            self._reasoning_items_at.update(at)
+            # (the items after it go back paired with it, by id: one without cannot go)
+            placed = [] if item_id is None else self._place(item)
+            return [*self._reasoning_of(event, item, data), *placed]
         if kind == "mcp_approval_request" and item_id is not None:
             # (the item goes back in its place, before the answer execute_tools adds)
             return [self._approval_request(item_id, item), *self._place(item)]
@@ -507,11 +525,12 @@ class OpenAIResponsesDialect:
         holds, then the finish."""
         self._done = True
         out: list[AgentResponseUpdate] = []
-        finished = ("message",) if cut else (*_CALLS, "message")  # (a cut call stays open)
+        finished: tuple[str, ...] = ("message", "reasoning")  # (a cut call stays open)
+        finished = finished if cut else (*_CALLS, *finished)
         for index, item in enumerate(get_list(event, body, "output")):
             if isinstance(item, dict) and item.get("type") in finished:
-                # A call or message no output_item event brought (a minimal compatible
-                # server): it is in the final output only, and is delivered from there.
+                # A call, message or reasoning item no output_item event brought (a
+                # minimal compatible server): in the final output only, delivered from there.
                 out += self._item_done(event, {"item": item, "output_index": index})
         if cut:
             details = get_object(event, body, "incomplete_details") or {}
