@@ -159,6 +159,8 @@ class OpenAIResponsesDialect:
         "_streamed_text",
         "_texted",
         "_texted_at",
+        "_whole_sent",
+        "_whole_sent_at",
     )
 
     def __init__(self) -> None:
@@ -175,11 +177,15 @@ class OpenAIResponsesDialect:
         self._finished_messages: set[str] = set()  # the message items done
         self._reasoning_items: set[str] = set()  # the reasoning items done (whole)
         self._reasoning_items_at: set[int] = set()  # and their output indexes
+        # The items whose whole text their finished item brought (no part came before):
+        # a part's .done coming after it repeats it.
+        self._whole_sent: set[str | None] = set()
+        self._whole_sent_at: set[int] = set()
         # A reasoning or a server tool's item came: the output items' places and ids
         # are kept (the API pairs a reasoning item with the item after it; a server
         # item goes back in its place), those before it named when it comes.
         self._placed = False
-        self._early_refs: list[dict[str, Any]] = []
+        self._early_refs: list[tuple[int | None, dict[str, Any]]] = []  # (output index, ref)
         self._calls: dict[str, _Call] = {}  # output item id → call
         self._call_keys: dict[str, str] = {}  # call id → its key in _calls
         self._annotations: dict[tuple[str, int], int] = {}  # (item id, part) → count sent
@@ -252,17 +258,22 @@ class OpenAIResponsesDialect:
 
     def _text_done(self, event: ServerSentEvent, data: dict[str, Any]) -> list[AgentResponseUpdate]:
         """The whole text of a part, from a server that sent it without deltas."""
-        if self._streamed_text or self._message_done(as_str(data.get("item_id")), data):
-            return []  # (its finished item, come first, brought the text)
+        if self._streamed_text or self._sent_whole(data):
+            return []  # (its finished item, come first, brought the whole text)
         refusal = _event_type(event, data) == "response.refusal.done"
         text = as_str(data.get("refusal" if refusal else "text"))
         self._note_text(data)
         return [TextDelta(text)] if text else []
 
-    def _message_done(self, item_id: str | None, data: dict[str, Any]) -> bool:
-        """Whether the message item the event ``data`` is about is done (maybe under
-        another id: mistral.rs)."""
-        return item_id in self._finished_messages or bool(self._finished_at & set(_index_of(data)))
+    def _sent_whole(self, data: dict[str, Any]) -> bool:
+        """Whether the whole text of the item the event ``data`` is about came with the
+        finished item (maybe under another id: mistral.rs)."""
+        item_id = as_str(data.get("item_id"))
+        return item_id in self._whole_sent or bool(self._whole_sent_at & set(_index_of(data)))
+
+    def _note_whole(self, item_id: str | None, data: dict[str, Any]) -> None:
+        self._whole_sent.add(item_id)
+        self._whole_sent_at.update(_index_of(data))
 
     def _note_text(self, data: dict[str, Any]) -> None:
         """The text of the message this event is about has been sent."""
@@ -291,8 +302,8 @@ class OpenAIResponsesDialect:
         item_id = as_str(data.get("item_id"))
         if item_id in self._reasoning_streamed or None in self._reasoning_streamed:
             return []
-        if item_id in self._reasoning_items or self._reasoning_items_at & set(_index_of(data)):
-            return []  # (its finished item, come first, brought the text)
+        if self._sent_whole(data):
+            return []  # (its finished item, come first, brought the whole text)
         if item_id not in self._reasoning_finals and self._reasoned_at & set(_index_of(data)):
             return []  # another id for an item whose reasoning came (mistral.rs)
         self._reasoning_finals.add(item_id)
@@ -313,7 +324,10 @@ class OpenAIResponsesDialect:
             return []
         parts = [*get_list(event, item, "summary"), *get_list(event, item, "content")]
         text = "".join(as_str(p.get("text")) or "" for p in parts if isinstance(p, dict))
-        return [ReasoningDelta(text)] if text else []
+        if not text:
+            return []
+        self._note_whole(item_id, data)
+        return [ReasoningDelta(text)]
 
     def _start_call(
         self, event: ServerSentEvent, item: dict[str, Any], *, added: bool = False
@@ -374,21 +388,26 @@ class OpenAIResponsesDialect:
             return []
         return self._start_call(event, item, added=True)
 
-    def _ref(self, ref: dict[str, Any]) -> list[AgentResponseUpdate]:
-        """An output item's id, for it to go back paired with the reasoning item before
-        it, and in its place among server items; one before the first reasoning or
-        server item waits for it (none may come)."""
+    def _ref(self, ref: dict[str, Any], data: dict[str, Any]) -> list[AgentResponseUpdate]:
+        """An output item's id (the event ``data`` ended it), for it to go back paired
+        with the reasoning item before it, and in its place among server items; one
+        before the first reasoning or server item waits for it (none may come)."""
         if self._placed:
             return [ReasoningDelta("", provider_data=ref)]
-        self._early_refs.append(ref)
+        index = data.get("output_index")
+        self._early_refs.append((index if type(index) is int else None, ref))
         return []
 
-    def _place(self, item: dict[str, Any]) -> list[AgentResponseUpdate]:
-        """A reasoning or server item, kept whole, after the refs of the items before it."""
+    def _place(self, item: dict[str, Any], data: dict[str, Any]) -> list[AgentResponseUpdate]:
+        """A reasoning or server item (the event ``data`` ended it), kept whole, after the
+        refs of the items before it in the output; those of the items after it (which
+        ended first: OpenRouter's order) go after it."""
         self._placed = True
-        early = [ReasoningDelta("", provider_data=ref) for ref in self._early_refs]
-        self._early_refs.clear()
-        return [*early, ReasoningDelta("", provider_data=item)]
+        index = data.get("output_index")
+        refs, self._early_refs = self._early_refs, []
+        before = [ref for at, ref in refs if not _after(at, index)]
+        after = [ref for at, ref in refs if _after(at, index)]
+        return [ReasoningDelta("", provider_data=block) for block in (*before, item, *after)]
 
     def _args_delta(
         self, event: ServerSentEvent, data: dict[str, Any]
@@ -423,9 +442,8 @@ class OpenAIResponsesDialect:
                 out.append(ReasoningDelta("", provider_data=ref))
             elif item_id is not None:
                 call.named = True
-                out += self._ref(
-                    {"type": FUNCTION_CALL_REF, "id": item_id, "call_id": call.call_id}
-                )
+                ref = {"type": FUNCTION_CALL_REF, "id": item_id, "call_id": call.call_id}
+                out += self._ref(ref, data)
             return out
         if kind == "reasoning":
             at = _index_of(data)
@@ -435,13 +453,13 @@ class OpenAIResponsesDialect:
                 self._reasoning_items.add(item_id)
             self._reasoning_items_at.update(at)
             # (the items after it go back paired with it, by id: one without cannot go)
-            placed = [] if item_id is None else self._place(item)
+            placed = [] if item_id is None else self._place(item, data)
             return [*self._reasoning_of(event, item, data), *placed]
         if kind == "mcp_approval_request" and item_id is not None:
             # (the item goes back in its place, before the answer execute_tools adds)
-            return [self._approval_request(item_id, item), *self._place(item)]
+            return [self._approval_request(item_id, item), *self._place(item, data)]
         if kind in OPENAI_SERVER_TOOL_ITEMS and item_id is not None:
-            return self._place(item)  # to go back, in its place
+            return self._place(item, data)  # to go back, in its place
         if kind == "message" and item_id is not None:
             at = _index_of(data)
             if item_id in self._finished_messages or self._finished_at & set(at):
@@ -459,10 +477,11 @@ class OpenAIResponsesDialect:
             if not self._was_texted(item_id, data.get("output_index")) and any(text):
                 # A server that sends the text in the finished item only.
                 self._note_text({"item_id": item_id, "output_index": data.get("output_index")})
+                self._note_whole(item_id, data)
                 out.insert(0, TextDelta("".join(text)))
             said = {"type": MESSAGE_REF, "id": item_id, "text": "".join(text)}
             # (a refusal goes back as one, not as something the model said)
-            return out + self._ref({**said, "refusal": True} if refused else said)
+            return out + self._ref({**said, "refusal": True} if refused else said, data)
         return []
 
     @staticmethod
@@ -543,6 +562,11 @@ class OpenAIResponsesDialect:
     def _usage(self, event: ServerSentEvent, body: dict[str, Any]) -> response.Usage | None:
         usage = get_object(event, body, "usage")
         return None if usage is None else responses_usage(usage)
+
+
+def _after(at: int | None, index: Any) -> bool:
+    """Whether the output index ``at`` comes after ``index`` (both known)."""
+    return at is not None and type(index) is int and at > index
 
 
 def _index_of(data: dict[str, Any]) -> tuple[int, ...]:
