@@ -179,7 +179,7 @@ class OpenAIResponsesDialect:
         self._reasoning_items_at: set[int] = set()  # and their output indexes
         # The items whose whole text their finished item brought (no part came before):
         # a part's .done coming after it repeats it.
-        self._whole_sent: set[str | None] = set()
+        self._whole_sent: set[str] = set()
         self._whole_sent_at: set[int] = set()
         # A reasoning or a server tool's item came: the output items' places and ids
         # are kept (the API pairs a reasoning item with the item after it; a server
@@ -272,7 +272,8 @@ class OpenAIResponsesDialect:
         return item_id in self._whole_sent or bool(self._whole_sent_at & set(_index_of(data)))
 
     def _note_whole(self, item_id: str | None, data: dict[str, Any]) -> None:
-        self._whole_sent.add(item_id)
+        if item_id is not None:  # (nor does an event without an id name it)
+            self._whole_sent.add(item_id)
         self._whole_sent_at.update(_index_of(data))
 
     def _note_text(self, data: dict[str, Any]) -> None:
