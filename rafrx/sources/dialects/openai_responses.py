@@ -146,7 +146,6 @@ class OpenAIResponsesDialect:
         "_calls",
         "_done",
         "_early_refs",
-        "_finished_at",
         "_finished_messages",
         "_meta_sent",
         "_owed",
@@ -154,13 +153,11 @@ class OpenAIResponsesDialect:
         "_reasoned_at",
         "_reasoning_finals",
         "_reasoning_items",
-        "_reasoning_items_at",
         "_reasoning_streamed",
         "_streamed_text",
         "_texted",
         "_texted_at",
         "_whole_sent",
-        "_whole_sent_at",
     )
 
     def __init__(self) -> None:
@@ -170,17 +167,14 @@ class OpenAIResponsesDialect:
         self._streamed_text = False  # a text delta came: the .done events repeat it
         self._texted: set[str | None] = set()  # the message items whose text was sent
         self._texted_at: set[int] = set()  # and their output indexes
-        self._finished_at: set[int] = set()  # the output indexes of the message items done
         self._reasoned_at: set[int] = set()  # those of the items whose reasoning was sent
         self._reasoning_streamed: set[str | None] = set()  # items whose reasoning had deltas
         self._reasoning_finals: set[str | None] = set()  # items whose .done text was sent
-        self._finished_messages: set[str] = set()  # the message items done
-        self._reasoning_items: set[str] = set()  # the reasoning items done (whole)
-        self._reasoning_items_at: set[int] = set()  # and their output indexes
+        self._finished_messages = _Items()  # the message items done
+        self._reasoning_items = _Items()  # the reasoning items done (whole)
         # The items whose whole text their finished item brought (no part came before):
         # a part's .done coming after it repeats it.
-        self._whole_sent: set[str] = set()
-        self._whole_sent_at: set[int] = set()
+        self._whole_sent = _Items()
         # A reasoning or a server tool's item came: the output items' places and ids
         # are kept (the API pairs a reasoning item with the item after it; a server
         # item goes back in its place), those before it named when it comes.
@@ -258,23 +252,12 @@ class OpenAIResponsesDialect:
 
     def _text_done(self, event: ServerSentEvent, data: dict[str, Any]) -> list[AgentResponseUpdate]:
         """The whole text of a part, from a server that sent it without deltas."""
-        if self._streamed_text or self._sent_whole(data):
+        if self._streamed_text or self._whole_sent.has(as_str(data.get("item_id")), data):
             return []  # (its finished item, come first, brought the whole text)
         refusal = _event_type(event, data) == "response.refusal.done"
         text = as_str(data.get("refusal" if refusal else "text"))
         self._note_text(data)
         return [TextDelta(text)] if text else []
-
-    def _sent_whole(self, data: dict[str, Any]) -> bool:
-        """Whether the whole text of the item the event ``data`` is about came with the
-        finished item (maybe under another id: mistral.rs)."""
-        item_id = as_str(data.get("item_id"))
-        return item_id in self._whole_sent or bool(self._whole_sent_at & set(_index_of(data)))
-
-    def _note_whole(self, item_id: str | None, data: dict[str, Any]) -> None:
-        if item_id is not None:  # (nor does an event without an id name it)
-            self._whole_sent.add(item_id)
-        self._whole_sent_at.update(_index_of(data))
 
     def _note_text(self, data: dict[str, Any]) -> None:
         """The text of the message this event is about has been sent."""
@@ -303,7 +286,7 @@ class OpenAIResponsesDialect:
         item_id = as_str(data.get("item_id"))
         if item_id in self._reasoning_streamed or None in self._reasoning_streamed:
             return []
-        if self._sent_whole(data):
+        if self._whole_sent.has(item_id, data):
             return []  # (its finished item, come first, brought the whole text)
         if item_id not in self._reasoning_finals and self._reasoned_at & set(_index_of(data)):
             return []  # another id for an item whose reasoning came (mistral.rs)
@@ -327,7 +310,7 @@ class OpenAIResponsesDialect:
         text = "".join(as_str(p.get("text")) or "" for p in parts if isinstance(p, dict))
         if not text:
             return []
-        self._note_whole(item_id, data)
+        self._whole_sent.add(item_id, data)
         return [ReasoningDelta(text)]
 
     def _start_call(
@@ -447,12 +430,9 @@ class OpenAIResponsesDialect:
                 out += self._ref(ref, data)
             return out
         if kind == "reasoning":
-            at = _index_of(data)
-            if item_id in self._reasoning_items or self._reasoning_items_at & set(at):
+            if self._reasoning_items.has(item_id, data):
                 return []  # (done already, maybe under another id: the final output)
-            if item_id is not None:
-                self._reasoning_items.add(item_id)
-            self._reasoning_items_at.update(at)
+            self._reasoning_items.add(item_id, data)
             # (the items after it go back paired with it, by id: one without cannot go)
             placed = [] if item_id is None else self._place(item, data)
             return [*self._reasoning_of(event, item, data), *placed]
@@ -462,11 +442,9 @@ class OpenAIResponsesDialect:
         if kind in OPENAI_SERVER_TOOL_ITEMS and item_id is not None:
             return self._place(item, data)  # to go back, in its place
         if kind == "message" and item_id is not None:
-            at = _index_of(data)
-            if item_id in self._finished_messages or self._finished_at & set(at):
+            if self._finished_messages.has(item_id, data):
                 return []  # (done already, maybe under another id: mistral.rs)
-            self._finished_messages.add(item_id)
-            self._finished_at.update(at)
+            self._finished_messages.add(item_id, data)
             out = []
             text: list[str] = []
             refused = False
@@ -478,7 +456,7 @@ class OpenAIResponsesDialect:
             if not self._was_texted(item_id, data.get("output_index")) and any(text):
                 # A server that sends the text in the finished item only.
                 self._note_text({"item_id": item_id, "output_index": data.get("output_index")})
-                self._note_whole(item_id, data)
+                self._whole_sent.add(item_id, data)
                 out.insert(0, TextDelta("".join(text)))
             said = {"type": MESSAGE_REF, "id": item_id, "text": "".join(text)}
             # (a refusal goes back as one, not as something the model said)
@@ -563,6 +541,27 @@ class OpenAIResponsesDialect:
     def _usage(self, event: ServerSentEvent, body: dict[str, Any]) -> response.Usage | None:
         usage = get_object(event, body, "usage")
         return None if usage is None else responses_usage(usage)
+
+
+class _Items:
+    """Output items, known by id or by output index (a server may give an item another
+    id in each event that names it: mistral.rs, LiteLLM's final output)."""
+
+    __slots__ = ("at", "ids")
+
+    def __init__(self) -> None:
+        self.ids: set[str] = set()
+        self.at: set[int] = set()
+
+    def add(self, item_id: str | None, data: dict[str, Any]) -> None:
+        """Know the item ``item_id`` (none: by index only) the event ``data`` is about."""
+        if item_id is not None:
+            self.ids.add(item_id)
+        self.at.update(_index_of(data))
+
+    def has(self, item_id: str | None, data: dict[str, Any]) -> bool:
+        """Whether the item ``item_id`` the event ``data`` is about is known."""
+        return item_id in self.ids or not self.at.isdisjoint(_index_of(data))
 
 
 def _after(at: int | None, index: Any) -> bool:
