@@ -63,7 +63,7 @@ from rafrx.messages import (
 )
 from rafrx.operators import convert
 from rafrx.operators._aggregate import ResponseAggregator, collect_agent_response
-from rafrx.operators._execute_tools import Approver, clip, execute_tools
+from rafrx.operators._execute_tools import Approver, clip, execute_tools, tool_table
 from rafrx.response import AgentResponse, AgentResponseResult, FinishReason
 from rafrx.tools import Tool, as_tool
 from rafrx.typing import Operator
@@ -268,7 +268,9 @@ class Agent:
             raise TypeError(
                 f"an agent's tools are a list (tools=[...]), not one {type(tools).__name__}"
             )
-        self._tools = tuple(_offered(t) for t in tools)
+        offered = tuple(_offered(t) for t in tools)
+        tool_table(t for t in offered if not isinstance(t, Mapping))  # (two of a name: refused)
+        self._tools = offered
 
     def _executor(
         self, closed: set[str] | None = None

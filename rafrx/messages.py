@@ -450,15 +450,18 @@ def _reasoning_of(message: Mapping[str, Any]) -> str | None:
     """An OpenAI-style message's reasoning: DeepSeek's ``reasoning_content``, or the
     ``reasoning`` of Ollama, vLLM and OpenRouter (as the stream dialect reads them).
 
+    A blank ``reasoning_content`` beside a ``reasoning`` text (a proxy that
+    fills both fields) gives way to the text.
+
     Example:
         >>> _reasoning_of({"role": "assistant", "reasoning": "Greet."})
         'Greet.'
+        >>> _reasoning_of({"role": "assistant", "reasoning_content": "", "reasoning": "Greet."})
+        'Greet.'
     """
-    for key in ("reasoning_content", "reasoning"):
-        value = message.get(key)
-        if isinstance(value, str):
-            return value
-    return None
+    fields = (message.get("reasoning_content"), message.get("reasoning"))
+    texts = [text for text in fields if isinstance(text, str)]
+    return next((text for text in texts if text), texts[0] if texts else None)
 
 
 def checked_messages(value: Any, expected: str) -> tuple[ChatMessage, ...]:

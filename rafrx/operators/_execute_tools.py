@@ -29,7 +29,7 @@ from rafrx.response import AgentResponseResult
 from rafrx.tools import Tool, ToolApprovalResponse, as_tool, format_result
 from rafrx.typing import Operator
 
-__all__ = ["Approver", "clip", "execute_tools"]
+__all__ = ["Approver", "clip", "execute_tools", "tool_table"]
 
 logger = logging.getLogger("rafrx.tools")
 
@@ -425,6 +425,28 @@ def _check_answer(answer: Any, call_id: str, name: str) -> None:
     )
 
 
+def tool_table(tools: Iterable[Tool | Callable[..., Any]]) -> dict[str, Tool]:
+    """The tools by name (functions made tools); a ``ValueError`` if two share a name.
+
+    Example:
+        >>> def now() -> str:
+        ...     return "12:00"
+        >>> list(tool_table([now]))
+        ['now']
+        >>> tool_table([now, now])
+        Traceback (most recent call last):
+        ...
+        ValueError: two tools are named 'now'
+    """
+    table: dict[str, Tool] = {}
+    for item in tools:
+        t = as_tool(item)
+        if t.name in table:
+            raise ValueError(f"two tools are named {t.name!r}")
+        table[t.name] = t
+    return table
+
+
 def execute_tools(
     tools: Iterable[Tool | Callable[..., Any]],
     approver: Approver | None = None,
@@ -437,12 +459,7 @@ def execute_tools(
     """See :func:`rafrx.operators.execute_tools`; ``closed``: the ids of the requests
     answered (or timed out) already, shared with other subscriptions (an agent's turn
     makes one per LLM call), whose late answers are dropped (see ``_Runner.closed``)."""
-    table: dict[str, Tool] = {}
-    for item in tools:
-        t = as_tool(item)
-        if t.name in table:
-            raise ValueError(f"two tools are named {t.name!r}")
-        table[t.name] = t
+    table = tool_table(tools)
     if concurrency < 1:
         raise ValueError(f"concurrency must be at least 1, got {concurrency}")
     if max_result_chars < 0:
