@@ -45,7 +45,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from typing import Any, Protocol, TypeAlias
 
+import reactivex
 from reactivex import Observable, abc
+from reactivex import operators as rx_ops
 from reactivex.disposable import Disposable, SingleAssignmentDisposable
 
 from rafrx._call import call_on
@@ -67,7 +69,7 @@ from rafrx.operators._execute_tools import Approver, clip, execute_tools, tool_t
 from rafrx.response import AgentResponse, AgentResponseResult, FinishReason
 from rafrx.tools import Tool, as_tool
 from rafrx.typing import Operator
-from rafrx.updates import Update
+from rafrx.updates import ToolCalled, Update
 
 __all__ = ["Agent", "ChatClient", "ServerTool"]
 
@@ -196,8 +198,9 @@ class Agent:
             the turn's later calls with ``tool_choice`` back to auto when the
             client's forces a tool call (``"required"``, a named tool,
             Anthropic's ``any``), which would never let the model answer (as
-            OpenAI's Agents SDK does). For clients with ``params`` (rafrx's);
-            ``False`` sends the client's ``tool_choice`` every time.
+            OpenAI's Agents SDK does). For clients with ``params`` whose
+            ``stream`` takes ``tool_choice`` as a keyword (rafrx's take any
+            body field); ``False`` sends the client's ``tool_choice`` every time.
 
     The arguments are kept as attributes of the same names; assigning
     ``tools`` or ``approver`` takes effect from the next LLM call on.
@@ -319,9 +322,11 @@ class Agent:
         long turn of its own tools) is sent back as it came, for the model to
         go on: another LLM call of the turn.
 
-        Errors: the client's errors end the turn (nothing is saved);
-        :class:`~rafrx.errors.MaxStepsExceeded` after ``max_steps`` LLM
-        calls that all called tools. Both carry ``.partial``. A turn that
+        Errors: the client's errors end the turn (nothing is saved), as
+        :class:`~rafrx.errors.RafrxError` (another library's error, from a
+        client wrapping its stream, as a :class:`~rafrx.errors.TransportError`
+        caused by it); :class:`~rafrx.errors.MaxStepsExceeded` after
+        ``max_steps`` LLM calls that all called tools. Both carry ``.partial``. A turn that
         ends filtered (``FinishReason.CONTENT_FILTER``) or that the server
         ended with an error (``FinishReason.ERROR``: ``finish_reason:
         "error"``) completes, but is not saved either.
@@ -446,6 +451,40 @@ class _HistoryAccess:
 def _log_failed_save(saving: asyncio.Future[None]) -> None:
     if not saving.cancelled() and saving.exception() is not None:
         logger.error("saving a stopped turn's history failed", exc_info=saving.exception())
+
+
+def _client_error(error: Exception) -> RafrxError:
+    """A client's error as a :class:`~rafrx.errors.RafrxError`, which carries the turn's
+    ``.partial``: one of another library (a client wrapping its stream) becomes a
+    :class:`~rafrx.errors.TransportError` caused by it.
+
+    Example:
+        >>> _client_error(ConnectionResetError("peer reset"))
+        TransportError('the client failed: ConnectionResetError: peer reset')
+    """
+    if isinstance(error, RafrxError):
+        return error
+    failed = TransportError(
+        f"the client failed: {type(error).__name__}: {error_text(error)}", retryable=False
+    )
+    failed.__cause__ = error
+    return failed
+
+
+def _takes_tool_choice(stream: Callable[..., Any]) -> bool:
+    """Whether a client's ``stream`` takes ``tool_choice`` (rafrx's take any body field).
+
+    Example:
+        >>> _takes_tool_choice(lambda messages, tools=None, **params: None)
+        True
+        >>> _takes_tool_choice(lambda messages, tools=None: None)
+        False
+    """
+    try:
+        parameters = inspect.signature(stream).parameters.values()
+    except (TypeError, ValueError):  # (no signature to read: send only what it declares)
+        return False
+    return any(p.kind is p.VAR_KEYWORD or p.name == "tool_choice" for p in parameters)
 
 
 def _unforced(choice: Any) -> Any:
@@ -598,9 +637,9 @@ class _Turn:
         calling = used_tools = False
         for _ in range(agent.max_steps):
             self.check_stopped()
-            step = await self.step(conversation, self.unforced() if used_tools else {})
+            step, ran = await self.step(conversation, self.unforced() if used_tools else {})
             self.check_stopped()  # (a client that emits at once: no await let it land)
-            calling = any(call.complete for call in step.tool_calls)
+            calling = any(call.complete and call.id not in ran for call in step.tool_calls)
             used_tools = used_tools or calling
             if not calling and not _goes_on(step):
                 break  # (a call cut short never ran: nothing for the model to read)
@@ -641,14 +680,18 @@ class _Turn:
         params = getattr(agent.client, "params", None)
         if not agent.reset_tool_choice or not isinstance(params, Mapping):
             return {}
+        if not _takes_tool_choice(agent.client.stream):  # (a ChatClient of the protocol alone)
+            return {}
         choice = _unforced(params.get("tool_choice"))
         return {} if choice is None else {"tool_choice": choice}
 
     async def step(
         self, messages: Sequence[ChatMessage], params: Mapping[str, Any]
-    ) -> AgentResponse:
+    ) -> tuple[AgentResponse, set[str]]:
         """One LLM call (with these body ``params``, if any) and its tool runs; every
-        result is forwarded downstream."""
+        result is forwarded downstream. Also returned: the ids of the calls the provider
+        ran itself (reported by :class:`~rafrx.updates.ToolCalled`), whose results the
+        model has already read."""
         agent = self.agent
         done: Outcome[None] = Outcome()
         step = ResponseAggregator(agent.id)
@@ -664,7 +707,20 @@ class _Turn:
                 done.set_exception(exc)
 
         stream: Callable[..., Observable[Update]] = agent.client.stream  # (params: rafrx's)
-        source = stream(tuple(messages), agent.tools or None, **params)
+        ran: set[str] = set()
+
+        def note(update: Update) -> None:
+            if type(update) is ToolCalled:
+                ran.add(update.id)
+
+        try:
+            source = stream(tuple(messages), agent.tools or None, **params)
+        except Exception as exc:  # (a RafrxError as it is; another caused by it)
+            raise _client_error(exc)  # noqa: B904
+        source = source.pipe(
+            rx_ops.catch(lambda exc, _: reactivex.throw(_client_error(exc))),
+            rx_ops.do_action(note),
+        )
         results = source.pipe(
             convert(eager=agent.eager_tools), agent._executor(self.closed_requests)
         )
@@ -678,4 +734,4 @@ class _Turn:
         finally:
             self.current = None
             subscription.dispose()
-        return step.response()
+        return step.response(), ran

@@ -269,6 +269,9 @@ def decode_item(kind: str, fields: Mapping[str, Any]) -> Any:
 def _encode_error(error: BaseException, secrets: tuple[str, ...]) -> dict[str, Any]:
     message = redact_with(errors.error_text(error), secrets)
     state: dict[str, Any] = {"type": type(error).__name__, "message": message}
+    base = _rafrx_base(type(error))
+    if base is not None and base is not type(error):  # (a subclass of the user's own)
+        state["base"] = base.__name__
     for key, value in vars(error).items() if hasattr(error, "__dict__") else ():
         if key in _ERROR_KEYS or not (value is None or isinstance(value, str | int | float)):
             continue  # (an SDK error's own ``type`` is no class name)
@@ -276,18 +279,30 @@ def _encode_error(error: BaseException, secrets: tuple[str, ...]) -> dict[str, A
     return state
 
 
+def _rafrx_base(cls: type[BaseException]) -> type[errors.RafrxError] | None:
+    """The nearest class of :mod:`rafrx.errors` that ``cls`` is (itself, or a base of
+    a subclass defined elsewhere: a third party's dialect error), if any."""
+    own = (b for b in cls.__mro__ if getattr(errors, b.__name__, None) is b)
+    return next((b for b in own if issubclass(b, errors.RafrxError)), None)
+
+
 #: What an error's recorded state says itself, besides the attributes it keeps.
-_ERROR_KEYS = frozenset({"type", "message", "partial"})
+_ERROR_KEYS = frozenset({"type", "base", "message", "partial"})
 
 
 def _decode_error(state: Mapping[str, Any]) -> Exception:
+    """The error :func:`_encode_error` recorded: its :mod:`rafrx.errors` class (the
+    nearest one for a subclass defined elsewhere), or a builtin exception, with its
+    message and attributes."""
     name = str(state.get("type", "RafrxError"))
     message = str(state.get("message", ""))
     cls = getattr(errors, name, None)
+    if not (isinstance(cls, type) and issubclass(cls, errors.RafrxError)):
+        cls = getattr(errors, str(state.get("base")), None)
     if isinstance(cls, type) and issubclass(cls, errors.RafrxError):
         err = cls.__new__(cls)
         Exception.__init__(err, message)
-        err.__dict__.update({k: _decode(v) for k, v in state.items() if k != "type"})
+        err.__dict__.update({k: _decode(v) for k, v in state.items() if k not in ("type", "base")})
         err.message = message
         err.partial = None
         return err

@@ -390,7 +390,9 @@ def _make_tool(
         described = described.func
     doc = inspect.getdoc(described)
     if doc is None and not (inspect.isroutine(described) or isinstance(described, type)):
-        doc = inspect.getdoc(type(described).__call__)  # a callable object's method
+        call = type(described).__call__  # a callable object's method: its own docstring
+        if inspect.isfunction(call) and call.__doc__:  # (not type.__call__'s, inherited)
+            doc = inspect.cleandoc(call.__doc__)
     summary, docs = parse_docstring(doc)
     method = _is_method(fn)
     # A method's ``self`` is bound when the tool is read from an instance (Tool.__get__).

@@ -36,7 +36,7 @@ from reactivex.subject import Subject
 from rafrx import Agent, ChatMessage, FinishReason
 from rafrx import updates as u
 from rafrx.content import ToolCalledContent, ToolCallingContent
-from rafrx.errors import MaxStepsExceeded
+from rafrx.errors import MaxStepsExceeded, TransportError
 from rafrx.events import FinishEvent, ResponseStartedEvent, ToolApprovalRequestEvent
 from rafrx.history import InMemoryHistoryProvider
 from rafrx.messages import MessageRole
@@ -197,9 +197,10 @@ def _clear_ran() -> None:
 @pytest.mark.parametrize("how", ["on_error at subscribe", "stream() raises"])
 async def test_a_client_failing_at_once_ends_the_turn_once_with_its_error(how: str) -> None:
     """An observable that errors synchronously on subscribe (``reactivex.throw``) or a
-    ``stream()`` that raises: the turn ends with that very error, once (after the
-    ``ErrorContent`` the converter emits for a stream's error), and nothing is saved;
-    the agent's next turn works."""
+    ``stream()`` that raises: the turn ends with that error, once (after the
+    ``ErrorContent`` the converter emits for a stream's error), typed: another
+    library's error as a ``TransportError`` caused by it, with ``.partial``; nothing is
+    saved; the agent's next turn works."""
     boom = ConnectionError("refused")
     script: Exception | Observable[Any] = reactivex.throw(boom) if how.startswith("on") else boom
     history = InMemoryHistoryProvider()
@@ -207,7 +208,10 @@ async def test_a_client_failing_at_once_ends_the_turn_once_with_its_error(how: s
     watch = Watch()
     watch.subscribe(agent.run("hello"))
     await watch.end()
-    assert watch.errors == [boom]
+    (error,) = watch.errors
+    assert isinstance(error, TransportError)
+    assert error.__cause__ is boom
+    assert error.partial is not None
     said = [type(c).__name__ for r in watch.items for c in r.contents]
     assert said == (["ErrorContent"] if how.startswith("on") else [])  # (DESIGN: Errors)
     assert history.messages == ()
@@ -295,7 +299,7 @@ async def test_a_client_error_while_tools_run_cancels_them_and_nothing_follows()
     await watch.end()
     release.set()
     await ticks()
-    assert watch.errors == [failure]
+    assert [e.__cause__ for e in watch.errors] == [failure]  # (a TransportError of it)
     assert cancelled == ["Oslo"]
     assert watch.contents(ToolCalledContent) == []
 

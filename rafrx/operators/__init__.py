@@ -270,6 +270,9 @@ def execute_tools(
     as is, anything else as JSON), ``error`` says what went wrong: unknown
     tool, unparsable or invalid arguments, the exception raised (type and
     message), a timeout, or a denied approval. Nothing fails the stream.
+    A call already answered upstream (a ``ToolCalledContent`` before its
+    ``ToolCallingContent``: the provider ran it and said so with a
+    ``ToolCalled`` update) is not run again.
     Results and errors longer than ``max_result_chars`` are cut, with a
     marker. A tool that requires approval first emits a result with a
     ``ToolApprovalRequestEvent``, then waits for ``approver``: an async or

@@ -113,7 +113,9 @@ class _Runner:
         for content in result.contents:
             if self.stopped:
                 return
-            if isinstance(content, ToolCallingContent) and content.call_id not in self.seen:
+            if isinstance(content, ToolCalledContent):  # answered upstream (the provider ran
+                self.seen.add(content.call_id)  # it, reported by ToolCalled): not run again
+            elif isinstance(content, ToolCallingContent) and content.call_id not in self.seen:
                 self.seen.add(content.call_id)
                 self.start(self.run(content, result), f"rafrx tool {content.name}")
         if self.approver is None:

@@ -66,7 +66,8 @@ def from_sse(
 
     Raises:
         ValueError: An unknown dialect name.
-        TypeError: ``chunks`` is a ``str`` or not iterable.
+        TypeError: ``chunks`` is a ``str`` or not iterable, or ``dialect`` neither a
+            name nor a factory (a dialect instance given by mistake).
 
     Example:
         >>> from rafrx import operators as ops
@@ -78,6 +79,11 @@ def from_sse(
     """
     if isinstance(dialect, str) and dialect not in DIALECTS:
         get_dialect(dialect)  # raises the ValueError listing the names
+    if not isinstance(dialect, str) and not callable(dialect):
+        raise TypeError(
+            f"dialect is a name or a factory of fresh dialects (a class), "
+            f"not a {type(dialect).__name__}"
+        )
     if isinstance(chunks, str):
         raise TypeError("from_sse() reads bytes, not str: encode the body first")
 
@@ -137,7 +143,11 @@ class _SyncBody(SyncSource[AgentResponseUpdate]):
     ) -> None:
         if stopped():  # disposed before the drive began: read nothing
             return
-        decoder = self._make()
+        try:
+            decoder = self._make()
+        except Exception as err:  # (the user's dialect factory failed: nothing was read)
+            on_error(err)
+            return
         iterator = iter(self._chunks)
         delivering = False  # (an error meanwhile is the subscriber's, not the stream's)
         try:
@@ -223,7 +233,11 @@ def _from_async(chunks: AsyncIterable[bytes], make: Any) -> Observable[AgentResp
                 _report(loop, functools.partial(observer.on_error, error))
 
         async def read() -> None:
-            decoder: UpdateDecoder = make()
+            try:
+                decoder: UpdateDecoder = make()
+            except Exception as err:  # (the user's dialect factory failed: nothing was read)
+                fail(err)
+                return
             iterator: AsyncIterator[bytes] = chunks.__aiter__()
             try:
                 try:
