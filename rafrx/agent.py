@@ -41,6 +41,7 @@ import inspect
 import logging
 import threading
 import uuid
+import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from typing import Any, Protocol, TypeAlias
@@ -178,13 +179,17 @@ class Agent:
         history: Loaded before each turn and given the turn's new messages
             after it succeeds, unless the provider refused or filtered its
             answer (finish reason ``content_filter``: Anthropic requires the
-            refused exchange to leave the conversation).
+            refused exchange to leave the conversation). A turn saves to the
+            history it loaded (one assigned meanwhile serves the next turn);
+            the turns of every agent on one history load and save it in turn,
+            so a handoff between agents never interleaves two saves.
         context_providers: Asked for extra messages at the start of each turn.
         approver: Answers approval requests of tools that require approval
             (see :func:`~rafrx.operators.execute_tools`). An observable of
-            answers serves one turn at a time: answers go to calls by id, and
-            two turns may be given the same id (Kimi's ``functions.f:0``), so
-            a turn subscribed while another runs fails with ``RuntimeError``.
+            answers serves one turn at a time, of any agent: answers go to calls
+            by id, and two turns may be given the same id (Kimi's
+            ``functions.f:0``), so a turn subscribed while another runs with the
+            same observable fails with ``RuntimeError``.
         max_steps: The most LLM calls a turn may make.
         id: The agent's id (``source_agent_id`` of its responses); generated
             when not given.
@@ -255,7 +260,9 @@ class Agent:
         self.max_result_chars = max_result_chars
         self.approval_timeout = approval_timeout
         self.reset_tool_choice = reset_tool_choice
-        self._history_access = _HistoryAccess()  # (turns may run on several threads' loops)
+        # Its history's loads and saves when that history cannot be shared by reference
+        # (see _access_of); turns may run on several threads' loops.
+        self._history_access = _HistoryAccess()
         self._turns: set[_Turn] = set()  # turns running (not yet ended nor stopped)
         self._executor()  # validates the tool table (duplicate names, concurrency) up front
 
@@ -344,17 +351,20 @@ class Agent:
                 return Disposable()
             for stranded in [t for t in tuple(self._turns) if t.event_loop.is_closed()]:
                 self._turns.discard(stranded)  # (in place: other threads' turns use the set)
-            if isinstance(self.approver, Observable) and self._turns:
+            turn = _Turn(self, new_input, observer, loop)
+            if not turn.served():
                 observer.on_error(
                     RuntimeError(
-                        "this agent is running a turn, and its approver (an observable of "
-                        "answers, matched to calls by id) can serve only one at a time: "
-                        "start the next turn when this one ends, or use another Agent"
+                        "a turn (of this agent or another) is running with this approver: "
+                        "an observable of answers, matched to calls by id, serves one at a "
+                        "time; start the next turn when that one ends, or give each agent "
+                        "an approver of its own"
                     )
                 )
                 return Disposable()
-            turn = _Turn(self, new_input, observer, loop)
             task = loop.create_task(turn.run(), name="rafrx turn")
+            for stranded in [t for t in tuple(_RUNNING) if t.get_loop().is_closed()]:
+                _RUNNING.discard(stranded)  # (its loop closed: it can never run again)
             _RUNNING.add(task)
             task.add_done_callback(_RUNNING.discard)
             self._turns.add(turn)
@@ -384,9 +394,33 @@ def _goes_on(step: AgentResponse) -> bool:
 
 _Entries: TypeAlias = dict[Future[None], asyncio.AbstractEventLoop]
 
+#: The turns running with each observable approver, of any agent: it serves one at a time.
+_SERVED: weakref.WeakKeyDictionary[Observable[Any], set[_Turn]] = weakref.WeakKeyDictionary()
+_SERVED_LOCK = threading.Lock()
+
+#: Each history provider's access, shared by every agent on it.
+_ACCESS: weakref.WeakKeyDictionary[Any, _HistoryAccess] = weakref.WeakKeyDictionary()
+_ACCESS_LOCK = threading.Lock()
+
+
+def _access_of(history: HistoryProvider | None, own: _HistoryAccess) -> _HistoryAccess:
+    """The access every agent on ``history`` shares; ``own`` (the agent's) for a provider
+    that cannot be a weak dictionary's key (unhashable, or no weak reference)."""
+    if history is None:
+        return own
+    with _ACCESS_LOCK:
+        try:
+            access = _ACCESS.get(history)
+            if access is None:
+                access = _ACCESS[history] = _HistoryAccess()
+        except TypeError:
+            return own
+        return access
+
 
 class _HistoryAccess:
-    """The loads and saves of one agent's history, from turns on any thread's loop.
+    """The loads and saves of one history, by the turns of every agent on it (a handoff
+    between agents over one history), from turns on any thread's loop.
 
     A load waits for the saves running, a save for the loads and saves
     running: no turn reads a half-saved history (it would think a call's
@@ -554,11 +588,37 @@ class _Turn:
         self.stopped = False
         self.current: abc.DisposableBase | None = None  # the running step's subscription
         self.closed_requests: set[str] = set()  # approval requests answered (execute_tools)
+        # The history it loads is the one it saves to (agent.history assigned meanwhile: the
+        # next turn's), through the access every agent on that history shares.
+        self.history = agent.history
+        self.history_access = _access_of(agent.history, agent._history_access)
+        self.approver = agent.approver  # (an observable one: counted as serving this turn)
+
+    def served(self) -> bool:
+        """Count this turn as its observable approver's (if it has one); False, and not
+        counted, if that observable serves a running turn already, of any agent."""
+        if not isinstance(self.approver, Observable):
+            return True
+        with _SERVED_LOCK:
+            serving = _SERVED.setdefault(self.approver, set())
+            for stranded in [t for t in serving if t.event_loop.is_closed()]:
+                serving.discard(stranded)  # (its loop closed: it will never end)
+            if serving:
+                return False
+            serving.add(self)
+        return True
+
+    def leave(self) -> None:
+        """No longer count this turn as running (it ended, or was stopped)."""
+        self.agent._turns.discard(self)
+        if isinstance(self.approver, Observable):
+            with _SERVED_LOCK:
+                _SERVED.get(self.approver, set()).discard(self)
 
     def stop(self) -> None:
         """Dispose of the running step now; nothing is forwarded after this."""
         self.stopped = True
-        self.agent._turns.discard(self)
+        self.leave()
         current = self.current  # (read once: the step may end meanwhile, on the loop's thread)
         if current is not None:
             current.dispose()
@@ -591,6 +651,8 @@ class _Turn:
             del failed, cancelled  # this frame is in their tracebacks: no cycle
         except (KeyboardInterrupt, SystemExit):
             raise  # the program stops
+        except GeneratorExit:
+            raise  # closed, stranded on a loop closed without it (nobody is left to tell)
         except BaseException as exc:  # any other (GreenletExit …) still ends the turn
             error = exc if isinstance(exc, Exception) else _aborted(exc)
             if isinstance(error, RafrxError) and error.partial is None:
@@ -602,12 +664,12 @@ class _Turn:
         else:
             self.terminate(self.observer.on_completed)
         finally:
-            self.agent._turns.discard(self)
+            self.leave()
 
     def terminate(self, call: Callable[..., None], *args: Any) -> None:
         """Call a terminal method (the turn has ended: the next may start in it); an
         exception it raises goes to the loop's handler."""
-        self.agent._turns.discard(self)
+        self.leave()
         try:
             call(*args)
         except Exception as exc:  # e.g. reactivex's default on_error re-raising
@@ -618,9 +680,9 @@ class _Turn:
     async def messages(self) -> list[ChatMessage]:
         agent = self.agent
         history: list[ChatMessage] = []
-        if agent.history is not None:
-            loaded = await agent._history_access.load(agent.history.load)
-            loaded = _messages_from(agent.history, "load()", loaded)
+        if self.history is not None:
+            loaded = await self.history_access.load(self.history.load)
+            loaded = _messages_from(self.history, "load()", loaded)
             repaired = _paired_before(loaded, self.new_input)
             history = [m.with_source(MessageSource.CHAT_HISTORY) for m in repaired]
         context: list[ChatMessage] = []
@@ -653,7 +715,7 @@ class _Turn:
             raise MaxStepsExceeded(
                 f"{doing} after {agent.max_steps} LLM calls (max_steps={agent.max_steps})"
             )
-        if agent.history is None:
+        if self.history is None:
             return
         response = self.turn.response()
         if response.finish_reason is FinishReason.CONTENT_FILTER:
@@ -667,7 +729,7 @@ class _Turn:
             logger.warning("a turn the server ended with an error was not saved to history")
             return
         messages = [*self.new_input, *response.turn_transcript]
-        await agent._history_access.save(functools.partial(agent.history.save, messages))
+        await self.history_access.save(functools.partial(self.history.save, messages))
 
     def check_stopped(self) -> None:
         """Raise ``CancelledError`` if the turn was stopped (disposed): nothing more runs."""

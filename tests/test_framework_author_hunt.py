@@ -525,11 +525,12 @@ async def test_disposing_the_router_turn_stops_the_sub_agent_mid_stream(
 
 
 @pytest.mark.asyncio
-async def test_one_approval_channel_for_router_and_sub_agent_with_distinct_call_ids(
+async def test_a_router_and_its_sub_agent_each_answered_on_their_own_channel(
     server: LLMServer,
 ) -> None:
-    """The UI's one ``Subject`` of answers serves the router and its sub-agent; the
-    sub-agent's request is answered from its own stream, and its call runs once."""
+    """The UI gives the router and its sub-agent a ``Subject`` of answers each (one
+    observable serves one turn at a time, of any agent: answers go by call id); the
+    sub-agent's request is answered on its own channel, and its call runs once."""
 
     def answer(request: RecordedRequest) -> Reply:
         if request.body.get("system") == "SUB":
@@ -548,9 +549,10 @@ async def test_one_approval_channel_for_router_and_sub_agent_with_distinct_call_
         return "ok"
 
     approvals: Subject[ToolApprovalResponse] = Subject()
+    sub_approvals: Subject[ToolApprovalResponse] = Subject()
     asked: list[str] = []
     async with AnthropicClient(server.url, "k", model="m") as client:
-        sub = Agent(client, tools=[delete], instructions="SUB", approver=approvals)
+        sub = Agent(client, tools=[delete], instructions="SUB", approver=sub_approvals)
 
         @tool
         async def research(topic: str) -> str:
@@ -564,7 +566,7 @@ async def test_one_approval_channel_for_router_and_sub_agent_with_distinct_call_
                     if isinstance(event, ToolApprovalRequestEvent):
                         asked.append(event.call_id)
                         approve = ToolApprovalResponse(event.call_id, True)
-                        loop.call_soon(approvals.on_next, approve)  # the user clicks
+                        loop.call_soon(sub_approvals.on_next, approve)  # the user clicks
                 texts.extend(getattr(c, "text", "") for c in result.contents)
 
             subscription = sub.run(topic).subscribe(

@@ -5,9 +5,18 @@ Each failed on the commit before its fix.
 
 from __future__ import annotations
 
-import pytest
+import asyncio
+import gc
+import weakref
+from typing import Any
 
-from rafrx import Agent, ChatMessage, OpenAIChatClient, tool
+import pytest
+import reactivex
+from reactivex import Observable
+
+from rafrx import Agent, ChatMessage, FinishReason, OpenAIChatClient, tool
+from rafrx import updates as u
+from rafrx.agent import _RUNNING
 
 
 @tool
@@ -57,3 +66,39 @@ def test_a_blank_reasoning_content_gives_way_to_a_reasoning_text(
     filled, ``reasoning_content`` (as the stream dialect reads them)."""
     message = ChatMessage.from_openai({"role": "assistant", "content": "Hi", **fields})
     assert message.reasoning == expected
+
+
+def test_a_turn_stranded_on_a_closed_loop_is_let_go_quietly() -> None:
+    """What the user does: a sync program runs a turn on a loop of its own and closes
+    that loop while the turn still streams (it gave up on it), then goes on with new
+    turns on new loops. What happened: the stranded turn's task stayed in the module's
+    set of running turns for good, holding the turn, its agent and its conversation.
+    What should happen: the next turn lets it go, and when it is collected its
+    coroutine closes quietly (no "Exception ignored" report: nobody is left to tell)."""
+
+    class Client:
+        def __init__(self) -> None:
+            self.calls = 0
+
+        def stream(self, messages: Any, tools: Any = None, **params: Any) -> Observable[Any]:
+            self.calls += 1
+            if self.calls == 1:
+                return reactivex.never()  # still streaming when its loop is closed
+            return reactivex.from_iterable([u.TextDelta("two"), u.Finish(FinishReason.STOP)])
+
+    agent = Agent(Client())
+    loop = asyncio.new_event_loop()
+
+    async def first() -> None:
+        agent.run("one").subscribe(lambda _: None)
+        await asyncio.sleep(0)
+
+    loop.run_until_complete(first())
+    (stranded,) = [t for t in _RUNNING if t.get_loop() is loop]
+    loop.close()
+    assert asyncio.run(agent.send("two")).text == "two"
+    assert stranded not in _RUNNING
+    stranded_ref = weakref.ref(stranded)
+    del stranded
+    gc.collect()
+    assert stranded_ref() is None
