@@ -48,7 +48,7 @@ from rafrx.errors import (
 )
 from rafrx.json_stream import StreamingArgsParser
 from rafrx.sources import UpdateDecoder, from_sse
-from rafrx.sources._http import RetryPolicy, Timeouts, parse_retry_after
+from rafrx.sources._policy import RetryPolicy, Timeouts, parse_retry_after
 from rafrx.sources.clients import AnthropicClient, OpenAIChatClient
 from rafrx.sse import SSEDecoder
 from rafrx.updates import Finish, ResponseMetadata, TextDelta, Usage

@@ -29,28 +29,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import datetime
-import email.utils
 import functools
 import io
 import json
 import logging
-import math
-import random
 import re
 import threading
-import time
-from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any, Final, final
 
 import aiohttp
 import attrs
 import reactivex
 from aiohttp.http_exceptions import (
-    ContentLengthError,
     HttpProcessingError,
-    PayloadEncodingError,
-    TransferEncodingError,
 )
 from multidict import CIMultiDictProxy
 from reactivex import Observable, abc
@@ -59,7 +51,6 @@ from yarl import URL
 
 from rafrx._cycles import let_go, without_frames
 from rafrx._finite import finite, strict_dumps
-from rafrx._redaction import env_secrets, redact_with, secret_prefix_at
 from rafrx.errors import (
     ConnectTimeout,
     ContentTypeError,
@@ -71,7 +62,17 @@ from rafrx.errors import (
     TransportError,
 )
 from rafrx.sources._decoder import UpdateDecoder
+from rafrx.sources._failures import (
+    body_text,
+    first_line,
+    note_attempts,
+    provider_error,
+    why_broken,
+)
 from rafrx.sources._idle import IdleTimer
+from rafrx.sources._policy import RetryPolicy, Timeouts, parse_retry_after
+from rafrx.sources._secrets import masked_url, redact, redact_cut, redact_error
+from rafrx.sources._sessions import SessionPool
 from rafrx.sources.dialects._common import is_retryable
 from rafrx.sse import (
     DEFAULT_MAX_EVENT_BYTES,
@@ -81,17 +82,7 @@ from rafrx.sse import (
 )
 from rafrx.updates import AgentResponseUpdate, ResponseMetadata
 
-__all__ = [
-    "HTTPRequest",
-    "RetryPolicy",
-    "SessionPool",
-    "Timeouts",
-    "masked_url",
-    "parse_retry_after",
-    "redact",
-    "redact_error",
-    "stream_updates",
-]
+__all__ = ["BODY_END_WAIT", "MAX_ERROR_BODY", "MAX_SNIPPET", "HTTPRequest", "stream_updates"]
 
 _log = logging.getLogger(__name__)
 
@@ -102,119 +93,6 @@ MAX_SNIPPET: Final = 2048
 #: Seconds a call waits, after its terminal marker, for the body's end (so that
 #: its connection can be reused) before it closes the connection and completes.
 BODY_END_WAIT: Final = 0.1
-
-
-def _optional_positive(instance: Any, attribute: Any, value: float | None) -> None:
-    if value is not None and value <= 0:
-        raise ValueError(f"{attribute.name} must be positive or None, got {value}")
-
-
-@final
-@attrs.frozen
-class Timeouts:
-    """How long a request may wait; ``None`` waits forever.
-
-    There is deliberately no total timeout: a long generation is fine as long
-    as bytes keep coming.
-
-    Attributes:
-        connect: Seconds to open the connection (TCP and TLS).
-        first_byte: Seconds from sending the request to the response headers.
-        idle: Seconds without any byte of the body (keep-alive comments count).
-    """
-
-    connect: float | None = attrs.field(default=10.0, validator=_optional_positive)
-    first_byte: float | None = attrs.field(default=60.0, validator=_optional_positive)
-    idle: float | None = attrs.field(default=60.0, validator=_optional_positive)
-
-
-@final
-@attrs.frozen
-class RetryPolicy:
-    """Opt-in retries of failed requests, never of delivered output.
-
-    A request is retried only when its error is retryable (HTTP 408, 409,
-    429, 5xx, a refused connection, a connect timeout, a retryable provider
-    error; an ``x-should-retry`` header overrides) and no update was emitted
-    yet, so nothing is ever duplicated. The response's metadata (its id and
-    model) waits for its first content, so an overloaded provider's error
-    event right after ``message_start`` is retried too. The wait is the server's
-    ``retry-after-ms`` / ``Retry-After`` (seconds or an HTTP date) when given,
-    else exponential backoff; a server asking for more than
-    ``max_retry_after`` seconds (``inf`` included) is not retried. When it
-    gives up, the stream ends with the last attempt's error, whose
-    ``attempts`` says how many were made (and its message, "(after N attempts)").
-
-    Example:
-        >>> policy = RetryPolicy(initial_backoff=0.5, jitter=False)
-        >>> [policy.delay(HTTPStatusError(503), attempt) for attempt in (1, 2, 3)]
-        [0.5, 1.0, None]
-        >>> policy.delay(HTTPStatusError(429, retry_after=3.0), 1)
-        3.0
-        >>> print(policy.delay(HTTPStatusError(429, retry_after=math.inf), 1))
-        None
-    """
-
-    max_attempts: int = attrs.field(default=3, validator=attrs.validators.ge(1))
-    initial_backoff: float = 0.5
-    max_backoff: float = 8.0
-    max_retry_after: float = 60.0
-    jitter: bool = True
-
-    def delay(self, error: BaseException, attempt: int) -> float | None:
-        """Seconds to wait before attempt ``attempt + 1``; ``None``: do not retry.
-
-        Args:
-            error: Why attempt ``attempt`` failed.
-            attempt: The number of the failed attempt, from 1.
-        """
-        if attempt >= self.max_attempts:
-            return None
-        if not isinstance(error, RafrxError) or not error.retryable:
-            return None
-        retry_after = getattr(error, "retry_after", None)
-        if isinstance(retry_after, int | float):
-            if not math.isfinite(retry_after) or retry_after > self.max_retry_after:
-                return None  # even with max_retry_after=inf: never sleep forever
-            return max(0.0, float(retry_after))
-        backoff = min(self.max_backoff, self.initial_backoff * 2.0 ** (attempt - 1))
-        if self.jitter:
-            backoff *= 1.0 - 0.25 * random.random()
-        return backoff
-
-
-def parse_retry_after(headers: Mapping[str, str], now: float | None = None) -> float | None:
-    """Seconds a response asks to wait: ``retry-after-ms``, else ``Retry-After``.
-
-    ``None`` when neither is a number or a date (``"nan"`` is not a number);
-    a value too large for a float (``1e400``, ``inf``) is ``inf``: longer
-    than any wait.
-
-    Example:
-        >>> parse_retry_after({"retry-after-ms": "1500"}), parse_retry_after({"Retry-After": "2"})
-        (1.5, 2.0)
-        >>> parse_retry_after({"Retry-After": "Wed, 21 Oct 2015 07:28:00 GMT"}, now=1445412470.0)
-        10.0
-        >>> parse_retry_after({"Retry-After": "1e400"}), parse_retry_after({"Retry-After": "nan"})
-        (inf, None)
-    """
-    lowered = {k.lower(): v for k, v in headers.items()}
-    millis = _seconds(lowered.get("retry-after-ms"))
-    if millis is not None:
-        return millis / 1000.0
-    value = lowered.get("retry-after")
-    if value is None:
-        return None
-    seconds = _seconds(value)
-    if seconds is not None:
-        return seconds
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError, IndexError):
-        return None
-    if when.tzinfo is None:  # the asctime form: an HTTP date is always GMT (RFC 9110 5.6.7)
-        when = when.replace(tzinfo=datetime.UTC)
-    return max(0.0, when.timestamp() - (time.time() if now is None else now))
 
 
 def _fail_body_when_closed(response: aiohttp.ClientResponse) -> Callable[[], object]:
@@ -255,117 +133,6 @@ def _nothing() -> None:
     pass
 
 
-def _body_text(data: bytes, response: aiohttp.ClientResponse) -> str:
-    """``data`` decoded as ``response`` declares it (U+FFFD for what does not decode),
-    or as UTF-8 when Python has no text encoding by that name: an unknown one, a
-    bytes-to-bytes codec (``hex``, ``zlib``) or one without ``"replace"`` (``idna``)."""
-    charset = response.charset
-    if charset:
-        with contextlib.suppress(LookupError, UnicodeError):
-            return data.decode(charset, "replace").removeprefix("\ufeff")
-    return data.decode("utf-8", "replace").removeprefix("\ufeff")  # a BOM (.NET / IIS)
-
-
-def _seconds(value: str | None) -> float | None:
-    """A header's number, at least 0 (``inf`` stays ``inf``); None when absent or not a
-    number (``"nan"``)."""
-    if value is None:
-        return None
-    try:
-        number = float(value)
-    except ValueError:
-        return None
-    return None if math.isnan(number) else max(0.0, number)
-
-
-def redact(text: str, secrets: Sequence[str]) -> str:
-    """``text`` with every secret replaced by ``***``, and what any key looks like
-    (``sk-…``, ``Bearer …``: a gateway may add its own) and the environment's
-    secrets (``*_API_KEY`` …) by ``[REDACTED]``, as the recorder does.
-
-    Example:
-        >>> redact("bad key sk-123", ["sk-123"])
-        'bad key ***'
-        >>> redact("upstream said: Bearer sk-proj-0123456789abcdefXYZ", [])
-        'upstream said: Bearer [REDACTED]'
-    """
-    for secret in secrets:
-        if secret:
-            text = text.replace(secret, "***")
-    return redact_with(text, tuple(env_secrets()))
-
-
-#: The marker ``rafrx.errors`` puts where it clipped a long text.
-_CLIPPED = re.compile(r"… \[\d+ more characters\]\Z")
-
-#: The longest start of a secret a cut text may end with: no more than a key's public prefix.
-_HARMLESS_PREFIX: Final = 3
-
-
-def redact_cut(text: str, secrets: Sequence[str]) -> str:
-    """:func:`redact` for a text cut short: a secret the cut split leaves its start at
-    the end (before a clip marker, if any), which goes too.
-
-    Example:
-        >>> redact_cut("the key is sk-12", ["sk-123456"])
-        'the key is ***'
-        >>> redact_cut("the key is sk-1234… [5 more characters]", ["sk-123456"])
-        'the key is ***… [5 more characters]'
-    """
-    marker = _CLIPPED.search(text)
-    head, tail = (text[: marker.start()], marker.group()) if marker else (text, "")
-    head = redact(head, secrets)
-    at = secret_prefix_at(head, secrets, least=_HARMLESS_PREFIX + 1)
-    return (head if at == len(head) else head[:at] + "***") + tail
-
-
-def redact_error(error: RafrxError, secrets: Sequence[str]) -> RafrxError:
-    """``error`` with every secret in its text attributes replaced (see :func:`redact`),
-    and, when ``secrets`` are given or it held one, without the exceptions it was
-    raised from or during.
-
-    For errors built from what the server sent (an in-band error event or a
-    malformed event that echoes the key): message, body, raw data, provider
-    fields. Its ``__cause__`` and ``__context__`` (a ``JSONDecodeError`` holds
-    the whole event data) cannot be redacted, so they are dropped.
-
-    Example:
-        >>> redact_error(RafrxError("bad key sk-123", body="sk-123"), ["sk-123"]).body
-        '***'
-    """
-    changed = any(secrets)
-    for name, value in list(vars(error).items()):
-        if isinstance(value, str):
-            shown = redact_cut(value, secrets)
-            changed = changed or shown != value
-            setattr(error, name, shown)
-    args = tuple(redact_cut(a, secrets) if isinstance(a, str) else a for a in error.args)
-    if changed or args != error.args:  # (then what it came from may hold it too)
-        error.args = args
-        error.__cause__ = error.__context__ = None
-        error.__suppress_context__ = True
-    return error
-
-
-def masked_url(url: URL) -> str:
-    """``url`` with its password (or a user name alone: a token) and query values
-    (which may hold a key) as ``***``.
-
-    Example:
-        >>> masked_url(URL("https://me:pw@example.com/v1?key=AIza123"))
-        'https://me:***@example.com/v1?key=***'
-        >>> masked_url(URL("https://tok-123@example.com/v1"))
-        'https://***@example.com/v1'
-    """
-    if url.password:
-        url = url.with_password("***")
-    elif url.user:
-        url = url.with_user("***")
-    if url.query_string:
-        url = url.with_query([(name, "***") for name in url.query])
-    return str(url)
-
-
 @final
 @attrs.frozen
 class HTTPRequest:
@@ -386,92 +153,6 @@ class HTTPRequest:
     def safe_url(self) -> str:
         """The URL without its query (which may hold a key) and with its password as ``***``."""
         return masked_url(self.url.with_query(None))
-
-
-# ---------------------------------------------------------------- sessions
-
-
-async def _keep_open(session: aiohttp.ClientSession) -> AsyncGenerator[None, None]:
-    """Closes ``session`` when the loop shuts its async generators down
-    (``asyncio.run`` does), if :meth:`SessionPool.aclose` did not."""
-    try:
-        yield
-    finally:
-        await session.close()
-
-
-class SessionPool:
-    """The ``aiohttp.ClientSession`` a client uses, one per event loop, and the
-    calls running on them.
-
-    A session given by the user is used as is and never closed. Otherwise one
-    is created lazily on the running loop, with no connection limit (1000
-    concurrent streams need 1000 connections), closed by :meth:`aclose`, or
-    when ``asyncio.run`` ends the loop.
-    """
-
-    def __init__(
-        self, session: aiohttp.ClientSession | None = None, *, trust_env: bool = False
-    ) -> None:
-        self._given = session
-        self._trust_env = trust_env
-        self._owned: dict[asyncio.AbstractEventLoop, tuple[aiohttp.ClientSession, Any]] = {}
-        self._calls: set[_StreamCall] = set()
-
-    async def get(self) -> aiohttp.ClientSession:
-        """The session for the running loop."""
-        if self._given is not None:
-            return self._given
-        loop = asyncio.get_running_loop()
-        owned = self._owned.get(loop)
-        if owned is not None and not owned[0].closed:
-            return owned[0]
-        for other in list(self._owned):  # (a snapshot: threads with loops of their own share it)
-            if other.is_closed():
-                self._owned.pop(other, None)
-        session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=0),
-            timeout=aiohttp.ClientTimeout(total=None),
-            trust_env=self._trust_env,
-        )
-        keeper = _keep_open(session)
-        self._owned[loop] = (session, keeper)
-        await keeper.__anext__()  # registers it with the loop's async-generator hooks
-        return session
-
-    def track(self, call: _StreamCall, task: asyncio.Task[None]) -> None:
-        """Count ``call`` as running until ``task`` is done."""
-        self._calls.add(call)
-        task.add_done_callback(lambda _: self._calls.discard(call))
-
-    async def aclose(self) -> None:
-        """End the calls still running, then close the sessions this pool created.
-
-        Each running call ends at once with a non-retryable
-        :class:`~rafrx.errors.TransportError` (after what it already
-        delivered), its response closed and, on this loop, its task awaited.
-        Calls started afterwards work as before, on new sessions. A session
-        of another thread's loop is closed on that loop; if that loop is not
-        running (or stops first), it is closed when that loop runs again
-        (``asyncio.run`` ending it does).
-        """
-        current = asyncio.get_running_loop()
-        calls = list(self._calls)
-        for call in calls:
-            call.abort()
-        tasks = [call.task for call in calls if call.loop is current and call.task is not None]
-        tasks = [task for task in tasks if task is not asyncio.current_task()]
-        if tasks:
-            await asyncio.wait(tasks)
-        owned, self._owned = self._owned, {}
-        for loop, (_, keeper) in owned.items():
-            if loop is current:
-                await keeper.aclose()
-            elif not loop.is_closed():  # (a loop not running closes it when it runs again)
-                future = asyncio.run_coroutine_threadsafe(keeper.aclose(), loop)
-                closed = asyncio.wrap_future(future)
-                while not closed.done() and loop.is_running():  # (it may stop before it)
-                    await asyncio.wait({closed}, timeout=0.1)
 
 
 # ---------------------------------------------------------------- the observable
@@ -710,7 +391,7 @@ class _StreamCall:
                         delay = self.retry.delay(err, attempt)
                     if delay is None:
                         if attempt > 1:
-                            _note_attempts(err, attempt)
+                            note_attempts(err, attempt)
                         # (kept by the user: the call goes with it; and no local holds it)
                         self._end(self._salvaged(let_go(err)))
                         return
@@ -752,7 +433,7 @@ class _StreamCall:
             head = await self._head(response)
             if not sniff_event_stream(head):
                 snippet = await self._read_text(response, MAX_SNIPPET, head)
-                said = _provider_error(snippet)[0]  # e.g. a server that will not stream, in JSON
+                said = provider_error(snippet)[0]  # e.g. a server that will not stream, in JSON
                 raise ContentTypeError(
                     f"expected Content-Type text/event-stream, got {content_type!r} "
                     f"from {self.request.safe_url}" + (f": {said}" if said else ""),
@@ -888,7 +569,7 @@ class _StreamCall:
         ) as exc:
             message = (
                 f"the connection to {self.request.safe_url} broke mid-stream "
-                f"after {self.delivered} update(s): {_why_broken(exc)}"
+                f"after {self.delivered} update(s): {why_broken(exc)}"
             )
             error = StreamInterrupted(redact(message, self.request.secrets))
             exc.__traceback__ = None  # aiohttp's reader keeps it: no frame of this call in it
@@ -918,7 +599,7 @@ class _StreamCall:
     ) -> str:
         """The body's first ``limit`` bytes (after ``head``, read already), as text."""
         data = await self._read(response, head, lambda data: len(data) < limit)
-        return redact_cut(_body_text(data[:limit], response), self.request.secrets)
+        return redact_cut(body_text(data[:limit], response), self.request.secrets)
 
     async def _read(
         self, response: aiohttp.ClientResponse, head: bytes, more: Callable[[bytearray], bool]
@@ -943,10 +624,10 @@ class _StreamCall:
         headers: CIMultiDictProxy[str] = response.headers
         if response.status < 400:
             return HTTPStatusError(response.status, body=body, message=self._redirect(response))
-        message, error_type, code = _provider_error(body)
+        message, error_type, code = provider_error(body)
         reason = None
         if message is None and response.content_type == "text/plain":
-            reason = _first_line(body)  # a gateway's or a proxy's reason, in words
+            reason = first_line(body)  # a gateway's or a proxy's reason, in words
         error = HTTPStatusError(
             response.status,
             body=body,
@@ -1032,68 +713,3 @@ def _utf8(body: str) -> bytes:
             pass
     text = json.dumps(json.loads(body), ensure_ascii=False)
     return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace").encode()
-
-
-def _provider_error(body: str) -> tuple[str | None, str | None, str | None]:
-    """The provider's error message, type and code, from the usual JSON shapes."""
-    try:
-        data = json.loads(body)
-    except (ValueError, RecursionError):  # not JSON, or nested too deeply to build
-        return None, None, None
-    if isinstance(data, list) and data and isinstance(data[0], Mapping):
-        data = data[0]  # Gemini wraps its error in a list
-    if not isinstance(data, Mapping):
-        return None, None, None
-    error = data.get("error")
-    code = None
-    if isinstance(error, Mapping):
-        message, kind = error.get("message"), error.get("type") or error.get("status")
-        code = error.get("code")
-        if kind is None and isinstance(code, str):
-            kind = code
-    elif isinstance(error, str):
-        message, kind = error, None
-    else:
-        message = data.get("message") or data.get("detail")
-        kind = data.get("type") if data.get("type") != "error" else None
-    if isinstance(code, int) and not isinstance(code, bool):
-        code = str(code)  # OpenRouter's, Gemini's (as the dialects keep an in-band one)
-    return (
-        message if isinstance(message, str) else None,
-        kind if isinstance(kind, str) else None,
-        code if isinstance(code, str) else None,
-    )
-
-
-def _first_line(text: str, limit: int = 200) -> str | None:
-    """The first non-blank line of ``text``, clipped to ``limit`` characters."""
-    line = next((line.strip() for line in text.splitlines() if line.strip()), "")
-    if not line:
-        return None
-    return line if len(line) <= limit else line[: limit - 1] + "…"
-
-
-def _why_broken(exc: BaseException) -> str:
-    """Why a response body stopped, in words. (aiohttp's payload error quotes its
-    parser's exception, ``<TransferEncodingError: 400, message=...>``: no HTTP 400.)"""
-    cause = exc.__cause__
-    if isinstance(cause, ContentLengthError):
-        return "the body ended before its Content-Length"
-    if isinstance(cause, TransferEncodingError):
-        return "the chunked body ended before its last chunk"
-    if isinstance(cause, PayloadEncodingError) or isinstance(exc, PayloadEncodingError):
-        return "the compressed body could not be decoded"
-    if isinstance(exc, aiohttp.ClientPayloadError):  # (its words, without a repr it quotes)
-        return re.split(r"[:.] <", str(exc), maxsplit=1)[0] or "the response body was cut short"
-    if isinstance(exc, aiohttp.ServerDisconnectedError):
-        return "the server closed the connection"
-    if isinstance(exc, HttpProcessingError):
-        return f"invalid HTTP framing ({exc.message})"
-    return f"{type(exc).__name__}: {exc}"
-
-
-def _note_attempts(error: RafrxError, attempts: int) -> None:
-    """Say on ``error``, the last attempt's, that the request was sent ``attempts`` times."""
-    error.attempts = attempts
-    error.message = f"{error.message} (after {attempts} attempts)"
-    error.args = (error.message, *error.args[1:])

@@ -62,14 +62,10 @@ from rafrx.messages import (
     to_anthropic,
     to_openai_chat,
 )
-from rafrx.sources._http import (
-    HTTPRequest,
-    RetryPolicy,
-    SessionPool,
-    Timeouts,
-    masked_url,
-    stream_updates,
-)
+from rafrx.sources._http import HTTPRequest, stream_updates
+from rafrx.sources._policy import RetryPolicy, Timeouts
+from rafrx.sources._secrets import masked_url
+from rafrx.sources._sessions import SessionPool
 from rafrx.sse import DEFAULT_MAX_EVENT_BYTES, DEFAULT_MAX_LINE_BYTES
 from rafrx.tools import Tool
 from rafrx.updates import AgentResponseUpdate

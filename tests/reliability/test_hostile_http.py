@@ -51,7 +51,8 @@ from rafrx.errors import (
 )
 from rafrx.recorder import record_http
 from rafrx.response import AgentResponse
-from rafrx.sources._http import MAX_SNIPPET, parse_retry_after
+from rafrx.sources._http import MAX_SNIPPET
+from rafrx.sources._policy import parse_retry_after
 from rafrx.sources.clients import (
     AnthropicClient,
     LLMClient,

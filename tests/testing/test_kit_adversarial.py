@@ -42,7 +42,7 @@ from rafrx.errors import (
 )
 from rafrx.response import AgentResponse, FinishReason, Usage
 from rafrx.sources import from_sse
-from rafrx.sources._http import RetryPolicy, Timeouts
+from rafrx.sources._policy import RetryPolicy, Timeouts
 from rafrx.sources.clients import (
     AnthropicClient,
     LLMClient,

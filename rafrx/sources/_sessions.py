@@ -1,0 +1,97 @@
+"""The ``aiohttp.ClientSession`` of a client on each event loop, and the calls on them."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncGenerator
+from typing import TYPE_CHECKING, Any
+
+import aiohttp
+
+if TYPE_CHECKING:
+    from rafrx.sources._http import _StreamCall
+
+__all__ = ["SessionPool"]
+
+
+async def _keep_open(session: aiohttp.ClientSession) -> AsyncGenerator[None, None]:
+    """Closes ``session`` when the loop shuts its async generators down
+    (``asyncio.run`` does), if :meth:`SessionPool.aclose` did not."""
+    try:
+        yield
+    finally:
+        await session.close()
+
+
+class SessionPool:
+    """The ``aiohttp.ClientSession`` a client uses, one per event loop, and the
+    calls running on them.
+
+    A session given by the user is used as is and never closed. Otherwise one
+    is created lazily on the running loop, with no connection limit (1000
+    concurrent streams need 1000 connections), closed by :meth:`aclose`, or
+    when ``asyncio.run`` ends the loop.
+    """
+
+    def __init__(
+        self, session: aiohttp.ClientSession | None = None, *, trust_env: bool = False
+    ) -> None:
+        self._given = session
+        self._trust_env = trust_env
+        self._owned: dict[asyncio.AbstractEventLoop, tuple[aiohttp.ClientSession, Any]] = {}
+        self._calls: set[_StreamCall] = set()
+
+    async def get(self) -> aiohttp.ClientSession:
+        """The session for the running loop."""
+        if self._given is not None:
+            return self._given
+        loop = asyncio.get_running_loop()
+        owned = self._owned.get(loop)
+        if owned is not None and not owned[0].closed:
+            return owned[0]
+        for other in list(self._owned):  # (a snapshot: threads with loops of their own share it)
+            if other.is_closed():
+                self._owned.pop(other, None)
+        session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=0),
+            timeout=aiohttp.ClientTimeout(total=None),
+            trust_env=self._trust_env,
+        )
+        keeper = _keep_open(session)
+        self._owned[loop] = (session, keeper)
+        await keeper.__anext__()  # registers it with the loop's async-generator hooks
+        return session
+
+    def track(self, call: _StreamCall, task: asyncio.Task[None]) -> None:
+        """Count ``call`` as running until ``task`` is done."""
+        self._calls.add(call)
+        task.add_done_callback(lambda _: self._calls.discard(call))
+
+    async def aclose(self) -> None:
+        """End the calls still running, then close the sessions this pool created.
+
+        Each running call ends at once with a non-retryable
+        :class:`~rafrx.errors.TransportError` (after what it already
+        delivered), its response closed and, on this loop, its task awaited.
+        Calls started afterwards work as before, on new sessions. A session
+        of another thread's loop is closed on that loop; if that loop is not
+        running (or stops first), it is closed when that loop runs again
+        (``asyncio.run`` ending it does).
+        """
+        current = asyncio.get_running_loop()
+        calls = list(self._calls)
+        for call in calls:
+            call.abort()
+        tasks = [call.task for call in calls if call.loop is current and call.task is not None]
+        tasks = [task for task in tasks if task is not asyncio.current_task()]
+        if tasks:
+            await asyncio.wait(tasks)
+        owned, self._owned = self._owned, {}
+        for loop, (_, keeper) in owned.items():
+            if loop is current:
+                await keeper.aclose()
+            elif not loop.is_closed():  # (a loop not running closes it when it runs again)
+                future = asyncio.run_coroutine_threadsafe(keeper.aclose(), loop)
+                closed = asyncio.wrap_future(future)
+                while not closed.done() and loop.is_running():  # (it may stop before it)
+                    await asyncio.wait({closed}, timeout=0.1)
