@@ -15,6 +15,7 @@ import functools
 import json
 import os
 import re
+import urllib.request
 from collections import deque
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
@@ -158,6 +159,24 @@ def url_secrets(url: str | URL) -> tuple[str, ...]:
             with contextlib.suppress(UnicodeEncodeError):
                 forms.append(base64.b64encode(credentials.encode(encoding)).decode("ascii"))
     return tuple(form for form in dict.fromkeys(forms) if form)
+
+
+def proxy_secrets(proxies: Mapping[str, str] | None = None) -> tuple[str, ...]:
+    """The credentials of the proxies the environment names (``HTTPS_PROXY``
+    …: what a client with ``trust_env`` sends them through), in every form
+    they are sent (see :func:`url_secrets`): a proxy's error page may echo them.
+
+    Example:
+        >>> proxy_secrets({"https": "http://svc:pw@proxy:3128", "no": "localhost"})
+        ('pw', 'c3ZjOnB3')
+    """
+    given = urllib.request.getproxies() if proxies is None else proxies
+    forms: list[str] = []
+    for scheme, proxy in given.items():
+        if scheme != "no":  # (NO_PROXY: host names, no URL)
+            with contextlib.suppress(ValueError):
+                forms += url_secrets(proxy)
+    return tuple(dict.fromkeys(forms))
 
 
 def secret_forms(secrets: Iterable[str]) -> tuple[str, ...]:

@@ -91,10 +91,15 @@ class RafrxError(Exception):
         attempts: How many times the request was sent: more than 1 when a
             retry policy sent it again (the message then ends with
             "(after N attempts)"); this is the last attempt's error.
+        request_id: The server's id for the failed request (its
+            ``x-request-id`` / ``request-id`` header), what the providers'
+            support asks for, when a response came: an HTTP error's, and a
+            stream's that failed after its 200 (an in-band error event, a cut).
     """
 
     retryable: bool = False
     attempts: int = 1
+    request_id: str | None = None
 
     def __init__(
         self,

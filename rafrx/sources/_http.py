@@ -238,6 +238,7 @@ class _StreamCall:
         self.thread = threading.get_ident()
         self.task: asyncio.Task[None] | None = None
         self.response: aiohttp.ClientResponse | None = None
+        self.request_id: str | None = None  # the server's, for this attempt's errors
         self.decoder: UpdateDecoder | None = None  # the latest attempt's
         self.delivered = 0
         # With retries, the response's metadata waits for its first content: an error
@@ -385,6 +386,8 @@ class _StreamCall:
                     return
                 except RafrxError as err:
                     self._close()
+                    if err.request_id is None:  # (a stream's error after its 200)
+                        err.request_id = self.request_id
                     redact_error(err, self.request.secrets)
                     delay = None
                     if self.retry is not None and self.delivered == 0:
@@ -421,8 +424,10 @@ class _StreamCall:
 
     async def _attempt(self) -> None:
         self.decoder = None  # (a failed attempt's owes nothing: it was retried)
+        self.request_id = None
         response = await self._send()
         self.response = response
+        self.request_id = _request_id(response.headers)
         if response.status >= 300:  # redirects are not followed (see stream_updates)
             raise await self._status_error(response)
         head = b""  # (read to see what a body that is said not to be an event stream is)
@@ -636,7 +641,7 @@ class _StreamCall:
             error_type=error_type,
             code=code,
             retry_after=parse_retry_after(headers),
-            request_id=headers.get("x-request-id") or headers.get("request-id"),
+            request_id=_request_id(headers),
         )
         if error.retryable and not is_retryable(error_type, code, response.status):
             error.retryable = False  # a 429 for an exhausted quota: waiting does not help
@@ -660,6 +665,11 @@ class _StreamCall:
             "API key would go along: set base_url to the new address"
         )
         return redact(message, request.secrets)
+
+
+def _request_id(headers: Mapping[str, str]) -> str | None:
+    """The server's id for a request: OpenAI's ``x-request-id``, Anthropic's ``request-id``."""
+    return headers.get("x-request-id") or headers.get("request-id")
 
 
 def _json_body(session: aiohttp.ClientSession, payload: Mapping[str, Any]) -> aiohttp.Payload:

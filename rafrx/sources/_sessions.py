@@ -41,6 +41,12 @@ class SessionPool:
         self._owned: dict[asyncio.AbstractEventLoop, tuple[aiohttp.ClientSession, Any]] = {}
         self._calls: set[_StreamCall] = set()
 
+    @property
+    def trust_env(self) -> bool:
+        """Whether requests go through the environment's proxies (``HTTPS_PROXY`` …):
+        the given session's setting, else the pool's."""
+        return self._given.trust_env if self._given is not None else self._trust_env
+
     async def get(self) -> aiohttp.ClientSession:
         """The session for the running loop."""
         if self._given is not None:

@@ -42,7 +42,7 @@ import aiohttp
 from reactivex import Observable
 from yarl import URL
 
-from rafrx._redaction import is_secret_header, secret_forms, url_secrets
+from rafrx._redaction import is_secret_header, proxy_secrets, secret_forms, url_secrets
 from rafrx.messages import (
     CUSTOM_TOOL_CALL_REF,
     FUNCTION_CALL_REF,
@@ -502,6 +502,8 @@ class LLMClient(abc.ABC):
             **self._protocol_headers(),
         }
         secrets = (*url_secrets(self.url), *_header_secrets(self._extra_headers))
+        if self._sessions.trust_env:  # (a proxy's credentials may come back in its error)
+            secrets = (*secrets, *proxy_secrets())
         if self._api_key is not None:
             headers.update(self._auth_headers(self._api_key.value))
             secrets = (*secrets, self._api_key.value)
