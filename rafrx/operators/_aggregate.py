@@ -21,7 +21,7 @@ from rafrx.content import (
     UsageContent,
 )
 from rafrx.errors import ProviderError, RafrxError
-from rafrx.events import FinishEvent, ResponseStartedEvent
+from rafrx.events import Event, FinishEvent, ResponseStartedEvent
 from rafrx.messages import (
     ChatMessage,
     MessageRole,
@@ -150,17 +150,12 @@ class ResponseAggregator:
             self._id = result.id
         if result.model is not None:
             self._model = result.model
-        for event in result.events:
-            if isinstance(event, ResponseStartedEvent) or not self._steps:
-                self._steps.append(_Step())
-            if isinstance(event, FinishEvent):
-                self._finish = event.finish_reason
-                self._steps[-1].finished = True
-                if event.usage is not None:
-                    self._steps[-1].usage = event.usage
-        if not self._steps:
-            self._steps.append(_Step())
-        step = self._steps[-1]
+        if result.events:  # (rare: most results carry contents only)
+            self._events(result.events)
+        steps = self._steps
+        if not steps:
+            steps.append(_Step())
+        step = steps[-1]
         for content in result.contents:
             if type(content) not in _AGGREGATED:
                 continue  # argument deltas, progress, ends: the response does not keep them
@@ -199,6 +194,18 @@ class ResponseAggregator:
             elif isinstance(content, UsageContent):
                 step.usage = content.usage  # cumulative within a call: the last one counts
         return ()
+
+    def _events(self, events: tuple[Event, ...]) -> None:
+        """Open a step for each LLM call that starts; note how each one finishes."""
+        steps = self._steps
+        for event in events:
+            if isinstance(event, ResponseStartedEvent) or not steps:
+                steps.append(_Step())
+            if isinstance(event, FinishEvent):
+                self._finish = event.finish_reason
+                steps[-1].finished = True
+                if event.usage is not None:
+                    steps[-1].usage = event.usage
 
     def _step_started(self, call_id: str, current: _Step) -> _Step:
         """The step whose LLM call started ``call_id`` and has not had it handed over
