@@ -355,8 +355,8 @@ class StreamingArgsParser(Generic[E]):
             return None
         s = fragment
         n = len(s)
-        if self._pending or '"' in s or "\\" in s or not s.isprintable():
-            # An escape, a quote or a control character: the regular expression decides.
+        if self._pending or "\\" in s or not s.isprintable():
+            # An escape or a control character: the regular expression decides.
             s = self._pending + s
             n = len(s)
             j = _CONTENT(s, 0).end()
@@ -369,8 +369,8 @@ class StreamingArgsParser(Generic[E]):
                 return None
             if "\\" in s:
                 s = _scanstring(s + '"', 0)[0]
-        elif not n:
-            return None
+        elif not n or '"' in s:
+            return None  # a quote with no escape before it ends the value: feed() parses on
         pieces = self._pieces
         pieces.append(fragment)
         if len(pieces) >= COMPACT_AT:
