@@ -363,8 +363,8 @@ class Agent:
                 )
                 return Disposable()
             task = loop.create_task(turn.run(), name="rafrx turn")
-            for stranded in [t for t in tuple(_RUNNING) if t.get_loop().is_closed()]:
-                _RUNNING.discard(stranded)  # (its loop closed: it can never run again)
+            for lost in [t for t in tuple(_RUNNING) if t.get_loop().is_closed()]:
+                _RUNNING.discard(lost)  # (its loop closed: it can never run again)
             _RUNNING.add(task)
             task.add_done_callback(_RUNNING.discard)
             self._turns.add(turn)
