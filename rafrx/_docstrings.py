@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import inspect
 import re
+import unicodedata
 
 __all__ = ["parse_docstring"]
 
@@ -100,10 +101,13 @@ _HEADER = re.compile(r"^([A-Za-z][A-Za-z ]*):\s*$")
 _FIELD = re.compile(r"^(?::[^:`\s][^:`]*:(?!`)|>>>|\.\. )")
 _UNDERLINE = re.compile(r"^\s*-{3,}\s*$")
 # ``:param name: text`` and ``:param type name: text`` (``arg``, ``key`` … too)
+# A parameter's name: any identifier, combining marks too (Python takes नाम and ชื่อ,
+# where ``\w`` stops at their vowel signs); the caller checks it is one.
+_NAME = r"([^\W\d][^\s:(),*]*)"
 _SPHINX_PARAM = re.compile(
-    r"^:(?:param|parameter|arg|argument|key|keyword)\s+(?:[^:]*\s)?\*{0,2}(\w+)\s*:(.*)$"
+    r"^:(?:param|parameter|arg|argument|key|keyword)\s+(?:[^:]*\s)?\*{0,2}" + _NAME + r"\s*:(.*)$"
 )
-_ARG_NAME = re.compile(r"^\*{0,2}(\w+)\s*")
+_ARG_NAME = re.compile(r"^\*{0,2}" + _NAME + r"\s*")
 
 
 def parse_docstring(doc: str | None) -> tuple[str, dict[str, str]]:
@@ -132,7 +136,13 @@ def parse_docstring(doc: str | None) -> tuple[str, dict[str, str]]:
         return "", {}
     # (Windows line ends first: Python 3.13's cleandoc keeps the indent of "\r"-ended lines)
     lines = inspect.cleandoc(doc.replace("\r\n", "\n").replace("\r", "\n")).splitlines()
-    return _description(lines), {**_numpy(lines), **_sphinx(lines), **_google(lines)}
+    params = {**_numpy(lines), **_sphinx(lines), **_google(lines)}
+    # (as Python reads the function's own names: NFKC, so a docstring in NFD matches)
+    return _description(lines), {
+        unicodedata.normalize("NFKC", name): text
+        for name, text in params.items()
+        if name.isidentifier()
+    }
 
 
 def _section(line: str) -> str | None:

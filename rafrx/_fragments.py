@@ -22,7 +22,7 @@ from __future__ import annotations
 import re
 from typing import Final
 
-__all__ = ["COMPACT_AT", "compact", "join_surrogates", "joined"]
+__all__ = ["COMPACT_AT", "compact", "has_surrogates", "join_surrogates", "joined"]
 
 #: How many fragments a keeper holds before it joins them into one block.
 COMPACT_AT: Final = 1024
@@ -42,6 +42,16 @@ def joined(blocks: list[str], parts: list[str]) -> str:
 _SURROGATE: Final = re.compile("[\ud800-\udfff]")
 
 
+def has_surrogates(text: str) -> bool:
+    """Whether ``text`` holds a UTF-16 surrogate (half of a character, on its own).
+
+    Example:
+        >>> has_surrogates("a\\U0001f600b"), has_surrogates("a\\ud83d")
+        (False, True)
+    """
+    return not text.isascii() and _SURROGATE.search(text) is not None
+
+
 def join_surrogates(text: str) -> str:
     """``text`` with each high + low surrogate pair in it as the one character they make.
 
@@ -54,6 +64,6 @@ def join_surrogates(text: str) -> str:
         >>> join_surrogates("a\\ud83d" + "\\ude00b") == "a\\U0001f600b"
         True
     """
-    if text.isascii() or _SURROGATE.search(text) is None:
+    if not has_surrogates(text):
         return text
     return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "surrogatepass")

@@ -128,7 +128,9 @@ class TerminalRenderer:
         self._steps = 0
         self._step_usages: list[Usage] = []  # shown by each LLM call's finish line
         self._errors: list[str] = []  # ErrorContent, shown by error() or response()
-        self._high = ""  # a streamed text's last high surrogate, until its low half comes
+        # A streamed text's last character, until the next delta says what it is: a high
+        # surrogate (an emoji's first UTF-16 half) or a CR (of a CRLF line end?).
+        self._held = ""
 
     # ------------------------------------------------------------ output helpers
 
@@ -143,9 +145,9 @@ class TerminalRenderer:
 
     def _break(self) -> None:
         """End a streaming line (text, reasoning or an in-place progress line)."""
-        if self._high:  # its other half never came
-            self.stream.write(inert(self._high))
-            self._high = ""
+        if self._held:  # what would have made it whole never came
+            self.stream.write(inert(self._held))
+            self._held = ""
         if self._mode == "progress" and self.color:
             self.stream.write(_CLEAR_LINE)
         elif self._mode in ("text", "reasoning"):
@@ -160,11 +162,11 @@ class TerminalRenderer:
             if mode == "reasoning":
                 self.stream.write((_DIM if self.color else "") + self.style.reasoning + " ")
             self._mode = mode
-        text = self._high + text
-        self._high = ""
-        if "\ud800" <= text[-1] <= "\udbff":  # an emoji cut in two UTF-16 halves: wait
-            self._high = text[-1]
-            text = text[:-1]
+        text, self._held = self._held + text, ""
+        if text[-1] == "\r" or "\ud800" <= text[-1] <= "\udbff":  # a CRLF or an emoji cut
+            text, self._held = text[:-1], text[-1]  # in two: wait for the rest
+        if "\r\n" in text:  # a line end (a CR alone would drive the terminal: made inert)
+            text = text.replace("\r\n", "\n")
         self.stream.write(inert(join_surrogates(text)))
         self.stream.flush()
 

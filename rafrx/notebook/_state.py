@@ -24,6 +24,7 @@ from typing import Any
 import attrs
 
 from rafrx import content as c
+from rafrx._fragments import has_surrogates, join_surrogates
 from rafrx.events import Event, FinishEvent, ResponseStartedEvent, ToolApprovalRequestEvent
 from rafrx.messages import MCP_APPROVAL_RESPONSE
 from rafrx.response import AgentResponseResult, FinishReason, Usage
@@ -180,8 +181,11 @@ class LiveState:
     def blocks(self) -> list[list[str]]:
         """``[kind, value]`` pairs in the order they appeared (see the class docstring)."""
         if self._parts:
-            self._blocks[-1][1] += "".join(self._parts)
+            block, new = self._blocks[-1], "".join(self._parts)
             self._parts.clear()
+            if has_surrogates(new):  # an emoji's UTF-16 halves in two deltas: one character
+                block[1], new = block[1][:-1], join_surrogates(block[1][-1:] + new)
+            block[1] += new
         return self._blocks
 
     def _append(self, kind: str, text: str) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from rafrx import updates as u
+from rafrx._fragments import has_surrogates, join_surrogates
 from rafrx.content import (
     Content,
     ErrorContent,
@@ -32,12 +33,28 @@ DEFAULT_MAX_ARGUMENT_CHARS = 64 * 1024 * 1024
 class OpenCall:
     """An open call as the accumulator tracks it (see :meth:`ToolCallAccumulator.open_call`)."""
 
-    __slots__ = ("ended", "name", "size")
+    __slots__ = ("ended", "high", "name", "size")
 
     def __init__(self, name: str) -> None:
         self.name = name
         self.size = 0
         self.ended = False
+        self.high = ""  # a high surrogate that ended the last fragment, until its low half
+
+    def whole(self, delta: str) -> str:
+        """``delta`` in whole characters: an emoji's UTF-16 halves, which a server slicing
+        by UTF-16 units sends in two fragments, as one character (a high half that ends
+        a fragment waits for the next one).
+
+        Example:
+            >>> call = OpenCall("f")
+            >>> call.whole('{"s": "a\\ud83d'), call.whole('\\ude00"}') == '\\U0001f600"}'
+            ('{"s": "a', True)
+        """
+        delta, self.high = self.high + delta, ""
+        if delta and "\ud800" <= delta[-1] <= "\udbff":
+            delta, self.high = delta[:-1], delta[-1]
+        return join_surrogates(delta)
 
 
 class ToolCallAccumulator:
@@ -102,6 +119,10 @@ class ToolCallAccumulator:
         call = self._calls.get(call_id)
         if call is None or call.ended:
             raise ProtocolError(f"arguments for a tool call that is not open: {call_id!r}")
+        if call.high or has_surrogates(args_delta):
+            args_delta = call.whole(args_delta)
+            if not args_delta:
+                return None  # (a high half alone: it waits for its other half)
         call.size += len(args_delta)
         if call.size > self._max:
             raise LimitExceeded(
@@ -138,7 +159,11 @@ class ToolCallAccumulator:
                 if call is None or call.ended:
                     return ()
                 call.ended = True
-                return (self.result((ToolCallEndContent(call_id, meta=meta),)),)
+                end = ToolCallEndContent(call_id, meta=meta)
+                if call.high:  # a lone high half ended the arguments: it goes as it came
+                    held, call.high = call.high, ""
+                    return (self.result((args_content(call_id, held, meta), end)),)
+                return (self.result((end,)),)
             case u.Usage(usage):
                 return (self.result((UsageContent(usage, meta=meta),)),)
             case u.Finish(reason, usage):

@@ -49,7 +49,7 @@ from collections.abc import Sequence
 from typing import TypeVar
 
 from rafrx import updates as u
-from rafrx._fragments import COMPACT_AT
+from rafrx._fragments import COMPACT_AT, has_surrogates
 from rafrx.content import Content, ResponseMetadata
 from rafrx.json_stream import StreamingArgsParser
 from rafrx.operators._accumulate_tool_calls import (
@@ -95,8 +95,8 @@ class _ArgumentRun:
         """The result for ``delta``, as the stages would build it; None: not the usual case."""
         call = self.call
         size = call.size + len(delta)
-        if not delta or size > self.limit:
-            return None  # the stages themselves skip it or raise
+        if not delta or size > self.limit or call.high or has_surrogates(delta):
+            return None  # the stages themselves skip it, raise, or join an emoji's halves
         call.size = size
         meta = self.meta
         content = args_content(self.call_id, delta, meta)
