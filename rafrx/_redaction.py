@@ -13,6 +13,7 @@ import base64
 import contextlib
 import functools
 import json
+import netrc
 import os
 import re
 import urllib.request
@@ -175,8 +176,23 @@ def proxy_secrets(proxies: Mapping[str, str] | None = None) -> tuple[str, ...]:
     for scheme, proxy in given.items():
         if scheme != "no":  # (NO_PROXY: host names, no URL)
             with contextlib.suppress(ValueError):
-                forms += url_secrets(proxy)
+                forms += url_secrets(proxy) or _netrc_secrets(URL(proxy).host)
     return tuple(dict.fromkeys(forms))
+
+
+def _netrc_secrets(host: str | None) -> tuple[str, ...]:
+    """The credentials the netrc file (``$NETRC``, else ``~/.netrc``) holds for
+    ``host``: what aiohttp sends a proxy whose URL has none, with ``trust_env``."""
+    path = os.environ.get("NETRC") or os.path.join(os.path.expanduser("~"), ".netrc")
+    try:
+        entry = netrc.netrc(path).authenticators(host) if host else None
+    except (OSError, netrc.NetrcParseError):
+        return ()
+    if entry is None:
+        return ()
+    login, account, password = entry
+    url = URL.build(scheme="http", host=host or "", user=login or account, password=password)
+    return url_secrets(url)
 
 
 def secret_forms(secrets: Iterable[str]) -> tuple[str, ...]:

@@ -398,23 +398,26 @@ _Entries: TypeAlias = dict[Future[None], asyncio.AbstractEventLoop]
 _SERVED: weakref.WeakKeyDictionary[Observable[Any], set[_Turn]] = weakref.WeakKeyDictionary()
 _SERVED_LOCK = threading.Lock()
 
-#: Each history provider's access, shared by every agent on it.
-_ACCESS: weakref.WeakKeyDictionary[Any, _HistoryAccess] = weakref.WeakKeyDictionary()
+#: Each history provider's access, shared by every agent on it: by the provider's id,
+#: while it lives (a provider may be unhashable, or equal to another one).
+_ACCESS: dict[int, _HistoryAccess] = {}
 _ACCESS_LOCK = threading.Lock()
 
 
 def _access_of(history: HistoryProvider | None, own: _HistoryAccess) -> _HistoryAccess:
     """The access every agent on ``history`` shares; ``own`` (the agent's) for a provider
-    that cannot be a weak dictionary's key (unhashable, or no weak reference)."""
+    that has no weak reference (whose end could not free its entry)."""
     if history is None:
         return own
+    key = id(history)
     with _ACCESS_LOCK:
-        try:
-            access = _ACCESS.get(history)
-            if access is None:
-                access = _ACCESS[history] = _HistoryAccess()
-        except TypeError:
-            return own
+        access = _ACCESS.get(key)
+        if access is None:
+            try:
+                weakref.finalize(history, _ACCESS.pop, key, None)
+            except TypeError:
+                return own
+            access = _ACCESS[key] = _HistoryAccess()
         return access
 
 
@@ -651,9 +654,9 @@ class _Turn:
             del failed, cancelled  # this frame is in their tracebacks: no cycle
         except (KeyboardInterrupt, SystemExit):
             raise  # the program stops
-        except GeneratorExit:
-            raise  # closed, stranded on a loop closed without it (nobody is left to tell)
         except BaseException as exc:  # any other (GreenletExit …) still ends the turn
+            if isinstance(exc, GeneratorExit) and self.event_loop.is_closed():
+                raise  # closed, stranded on a loop closed without it: nobody is left to tell
             error = exc if isinstance(exc, Exception) else _aborted(exc)
             if isinstance(error, RafrxError) and error.partial is None:
                 error.partial = self.turn.failed(error)

@@ -296,9 +296,8 @@ def _decode_error(state: Mapping[str, Any]) -> Exception:
     message and attributes."""
     name = str(state.get("type", "RafrxError"))
     message = str(state.get("message", ""))
-    cls = getattr(errors, name, None)
-    if not (isinstance(cls, type) and issubclass(cls, errors.RafrxError)):
-        cls = getattr(errors, str(state.get("base")), None)
+    # (a subclass defined elsewhere has its base recorded: its own name may be one of ours)
+    cls = getattr(errors, str(state.get("base", name)), None)
     if isinstance(cls, type) and issubclass(cls, errors.RafrxError):
         err = cls.__new__(cls)
         Exception.__init__(err, message)

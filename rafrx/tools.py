@@ -379,6 +379,17 @@ def _is_method(fn: Callable[..., Any]) -> bool:
     return first == "self" and bool(owner) and not owner.endswith("<locals>")
 
 
+def _call_doc(cls: type) -> str | None:
+    """The docstring of ``cls.__call__``, inherited from the nearest class of the user's
+    that has one (never a builtin type's "Call self as a function.")."""
+    for klass in cls.__mro__:
+        call = vars(klass).get("__call__")
+        doc = getattr(call, "__doc__", None)
+        if call is not None and klass.__module__ != "builtins" and isinstance(doc, str):
+            return inspect.cleandoc(doc)
+    return None
+
+
 def _make_tool(
     fn: Callable[P, R],
     name: str | None,
@@ -390,9 +401,7 @@ def _make_tool(
         described = described.func
     doc = inspect.getdoc(described)
     if doc is None and not (inspect.isroutine(described) or isinstance(described, type)):
-        call = type(described).__call__  # a callable object's method: its own docstring
-        if inspect.isfunction(call) and call.__doc__:  # (not type.__call__'s, inherited)
-            doc = inspect.cleandoc(call.__doc__)
+        doc = _call_doc(type(described))  # a callable object's method
     summary, docs = parse_docstring(doc)
     method = _is_method(fn)
     # A method's ``self`` is bound when the tool is read from an instance (Tool.__get__).

@@ -270,9 +270,10 @@ def execute_tools(
     as is, anything else as JSON), ``error`` says what went wrong: unknown
     tool, unparsable or invalid arguments, the exception raised (type and
     message), a timeout, or a denied approval. Nothing fails the stream.
-    A call already answered upstream (a ``ToolCalledContent`` before its
-    ``ToolCallingContent``: the provider ran it and said so with a
-    ``ToolCalled`` update) is not run again.
+    A call the provider ran itself and said so (a ``ToolCalled`` update, whose
+    ``ToolCalledContent`` comes upstream) is not run again; a call of no tool
+    given here waits for the end of its LLM call before it fails as unknown,
+    for such a report may come after it (with ``convert(eager=True)``).
     Results and errors longer than ``max_result_chars`` are cut, with a
     marker. A tool that requires approval first emits a result with a
     ``ToolApprovalRequestEvent``, then waits for ``approver``: an async or

@@ -23,7 +23,7 @@ from rafrx.errors import (
     ToolNotFound,
     error_text,
 )
-from rafrx.events import ResponseStartedEvent, ToolApprovalRequestEvent
+from rafrx.events import FinishEvent, ResponseStartedEvent, ToolApprovalRequestEvent
 from rafrx.messages import MCP_APPROVAL_RESPONSE
 from rafrx.response import AgentResponseResult
 from rafrx.tools import Tool, ToolApprovalResponse, as_tool, format_result
@@ -93,6 +93,12 @@ class _Runner:
         self.upstream = SingleAssignmentDisposable()
         self.upstream_done = False
         self.stopped = False
+        # The LLM call's calls the provider ran itself (a ToolCalledContent came upstream),
+        # and its end, which a call of no tool of ours waits for: the provider may run it
+        # and say so later (with eager tools, the call comes as soon as it ends).
+        self.ran_upstream: set[str] = set()
+        self.in_call = True  # (until the LLM call's Finish)
+        self.call_ended: asyncio.Future[None] | None = None
 
     # ------------------------------------------------------------ Rx side
 
@@ -103,6 +109,10 @@ class _Runner:
             for event in result.events:
                 if isinstance(event, ResponseStartedEvent):
                     self.seen.clear()  # a new LLM call: an id may come back in it
+                    self.ran_upstream = set()
+                    self.in_call = True
+                elif isinstance(event, FinishEvent):
+                    self.end_call()
                 elif isinstance(event, ToolApprovalRequestEvent):
                     self.closed.discard(event.call_id)  # (answers may come as it is seen)
         if self.closed:  # a new call with the id of one answered: answers may come on sight
@@ -115,6 +125,7 @@ class _Runner:
                 return
             if isinstance(content, ToolCalledContent):  # answered upstream (the provider ran
                 self.seen.add(content.call_id)  # it, reported by ToolCalled): not run again
+                self.ran_upstream.add(content.call_id)
             elif isinstance(content, ToolCallingContent) and content.call_id not in self.seen:
                 self.seen.add(content.call_id)
                 self.start(self.run(content, result), f"rafrx tool {content.name}")
@@ -134,7 +145,15 @@ class _Runner:
 
     def on_completed(self) -> None:
         self.upstream_done = True
+        self.end_call()
         self.maybe_complete()
+
+    def end_call(self) -> None:
+        """The LLM call ended: calls of no tool of ours stop waiting for the provider."""
+        self.in_call = False
+        ended, self.call_ended = self.call_ended, None
+        if ended is not None and not ended.done():
+            self.on_loop(ended.set_result, None)
 
     def maybe_complete(self) -> None:
         if self.upstream_done and not self.tasks and not self.stopped:
@@ -224,6 +243,14 @@ class _Runner:
         self.maybe_complete()
 
     async def run(self, call: ToolCallingContent, result: AgentResponseResult) -> None:
+        ran_upstream = self.ran_upstream
+        if call.name not in self.tools:  # none of ours: the provider's, said by its end?
+            if self.in_call:
+                if self.call_ended is None:
+                    self.call_ended = asyncio.get_running_loop().create_future()
+                await self.call_ended
+            if call.call_id in ran_upstream:
+                return
         content = await self.call(call, result)
         self.emit(AgentResponseResult(result.id, result.model, None, (content,)))
 
