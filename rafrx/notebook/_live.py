@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import math
+import threading
 import time
 from collections.abc import Generator
 from typing import TYPE_CHECKING, Any
@@ -62,7 +63,9 @@ class LiveView:
         self._interval = interval
         self._aggregator = ResponseAggregator(agent_id)
         self._last_render = -math.inf
-        self._timer: asyncio.TimerHandle | None = None
+        self._timer: asyncio.TimerHandle | threading.Timer | None = None
+        # A stream may emit on a worker thread while a timer renders on another: one at a time.
+        self._lock = threading.RLock()
         self._response: AgentResponse | None = None
         self._error: Exception | None = None
         self._done = False
@@ -118,9 +121,10 @@ class LiveView:
         if self._subscription is not None:
             self._subscription.dispose()
             self._subscription = None
-        if not self._done:
-            self.state.end("stopped")
-            self._finish(self._aggregator.response(interrupted=True), None)
+        with self._lock:
+            if not self._done:
+                self.state.end("stopped")
+                self._finish(self._aggregator.response(interrupted=True), None)
 
     def _ipython_display_(self) -> None:
         """Nothing: the live handle already shows the stream."""
@@ -131,27 +135,30 @@ class LiveView:
     # -- observer
 
     def _on_next(self, result: AgentResponseResult) -> None:
-        if self._done:
-            return
-        self._aggregator.step(result)
-        self.state.add(result)
-        self._render_soon()
+        with self._lock:
+            if self._done:
+                return
+            self._aggregator.step(result)
+            self.state.add(result)
+            self._render_soon()
 
     def _on_error(self, error: Exception) -> None:
-        if self._done:
-            return
-        self._aggregator.fail(error)
-        self.state.end("failed")
-        self.state.finish_reason = self._partial(error).finish_reason  # as `await view` tells
-        if not self.state.errors:
-            self.state.errors.append(f"{type(error).__name__}: {error_text(error)}")
-        self._finish(None, error)
+        with self._lock:
+            if self._done:
+                return
+            self._aggregator.fail(error)
+            self.state.end("failed")
+            self.state.finish_reason = self._partial(error).finish_reason  # as `await view`
+            if not self.state.errors:
+                self.state.errors.append(f"{type(error).__name__}: {error_text(error)}")
+            self._finish(None, error)
 
     def _on_completed(self) -> None:
-        if self._done:
-            return
-        self.state.end("done")
-        self._finish(self._aggregator.response(), None)
+        with self._lock:
+            if self._done:
+                return
+            self.state.end("done")
+            self._finish(self._aggregator.response(), None)
 
     def _partial(self, error: Exception) -> AgentResponse:
         """The turn that ``error`` interrupted, as the error carries it (or would)."""
@@ -192,15 +199,17 @@ class LiveView:
         if self._timer is not None:
             return
         try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            return  # synchronous source: the final render shows everything
-        self._timer = loop.call_later(wait, self._on_timer)
+            self._timer = asyncio.get_running_loop().call_later(wait, self._on_timer)
+        except RuntimeError:  # emitted off any loop (a worker thread): a thread's timer
+            timer = self._timer = threading.Timer(wait, self._on_timer)
+            timer.daemon = True
+            timer.start()
 
     def _on_timer(self) -> None:
-        self._timer = None
-        if not self._done:
-            self._render()
+        with self._lock:
+            self._timer = None
+            if not self._done:
+                self._render()
 
 
 def live(

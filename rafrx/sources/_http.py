@@ -495,17 +495,22 @@ class _StreamCall:
                 retryable=False,
             )
         try:
-            async with asyncio.timeout(timeouts.first_byte):
-                return await session.post(
-                    request.url,
-                    data=_json_body(session, request.payload),
-                    headers=dict(request.headers),
-                    allow_redirects=False,
-                    raise_for_status=False,  # ours to build, whatever the session says
-                    timeout=aiohttp.ClientTimeout(
-                        total=None, connect=None, sock_connect=timeouts.connect, sock_read=None
-                    ),
-                )
+            async with asyncio.timeout(None) as deadline:
+                expiry = _expire_after(deadline, timeouts.first_byte)
+                try:
+                    return await session.post(
+                        request.url,
+                        data=_json_body(session, request.payload),
+                        headers=dict(request.headers),
+                        allow_redirects=False,
+                        raise_for_status=False,  # ours to build, whatever the session says
+                        timeout=aiohttp.ClientTimeout(
+                            total=None, connect=None, sock_connect=timeouts.connect, sock_read=None
+                        ),
+                    )
+                finally:
+                    if expiry is not None:
+                        expiry.cancel()
         except (aiohttp.ClientError, OSError, TimeoutError, ValueError) as exc:
             error = self._send_error(exc)
         # Raised out here, not in the handler: the error gets no __context__, as
@@ -665,6 +670,16 @@ class _StreamCall:
             "API key would go along: set base_url to the new address"
         )
         return redact(message, request.secrets)
+
+
+def _expire_after(deadline: asyncio.Timeout, seconds: float | None) -> asyncio.TimerHandle | None:
+    """Make ``deadline`` expire ``seconds`` from now, one loop iteration late: headers
+    that came in time while the loop was busy elsewhere wake their task first (an
+    expiry due at once would cancel it), as the body's idle timeout lets bytes count."""
+    if seconds is None:
+        return None
+    loop = asyncio.get_running_loop()
+    return loop.call_later(seconds, lambda: deadline.reschedule(loop.time()))
 
 
 def _request_id(headers: Mapping[str, str]) -> str | None:
