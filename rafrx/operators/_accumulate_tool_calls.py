@@ -167,9 +167,9 @@ class ToolCallAccumulator:
             case u.Usage(usage):
                 return (self.result((UsageContent(usage, meta=meta),)),)
             case u.Finish(reason, usage):
-                contents: tuple[Content, ...] = ()
+                contents: tuple[Content, ...] = self._held_halves()
                 if usage is not None:
-                    contents = (UsageContent(usage, meta=meta),)
+                    contents = (*contents, UsageContent(usage, meta=meta))
                 result = self.result(contents, (FinishEvent(reason, usage),))
                 self._in_call = False
                 self._calls.clear()
@@ -202,7 +202,18 @@ class ToolCallAccumulator:
 
     def fail(self, error: Exception) -> Sequence[AgentResponseResult]:
         message = error_text(error) or type(error).__name__
-        return (self.result((ErrorContent(message, meta=self._meta),)),)
+        error_content = ErrorContent(message, meta=self._meta)
+        return (self.result((*self._held_halves(), error_content)),)
+
+    def _held_halves(self) -> tuple[Content, ...]:
+        """The high surrogates that open calls hold, as the fragments they came as: the
+        calls end cut short, and ``raw_arguments`` keeps what arrived."""
+        held: list[Content] = []
+        for call_id, call in self._calls.items():
+            if call.high:
+                held.append(args_content(call_id, call.high, self._meta))
+                call.high = ""
+        return tuple(held)
 
 
 def accumulate_tool_calls(

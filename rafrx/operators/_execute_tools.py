@@ -57,6 +57,34 @@ def clip(text: str, limit: int) -> str:
 _RUNNING: set[asyncio.Task[None]] = set()
 
 
+class _LLMCall:
+    """One LLM call as the runner sees it: the calls the provider ran itself (their
+    ToolCalledContent came upstream) and its end, which a call of no tool of ours waits
+    for (the provider may run it and say so after it, with eager tools)."""
+
+    __slots__ = ("done", "ran", "waiters")
+
+    def __init__(self) -> None:
+        self.ran: set[str] = set()
+        self.done = False
+        self.waiters: list[asyncio.Future[None]] = []
+
+    def end(self) -> None:
+        """(On the loop's thread.)"""
+        self.done = True
+        for waiter in self.waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+        self.waiters.clear()
+
+    async def ended(self) -> None:
+        """Once the call has ended. (On the loop's thread.)"""
+        if not self.done:
+            waiter = asyncio.get_running_loop().create_future()
+            self.waiters.append(waiter)
+            await waiter
+
+
 class _Runner:
     """The per-subscription state: running tasks, approvals, completion."""
 
@@ -93,12 +121,7 @@ class _Runner:
         self.upstream = SingleAssignmentDisposable()
         self.upstream_done = False
         self.stopped = False
-        # The LLM call's calls the provider ran itself (a ToolCalledContent came upstream),
-        # and its end, which a call of no tool of ours waits for: the provider may run it
-        # and say so later (with eager tools, the call comes as soon as it ends).
-        self.ran_upstream: set[str] = set()
-        self.in_call = True  # (until the LLM call's Finish)
-        self.call_ended: asyncio.Future[None] | None = None
+        self.llm_call = _LLMCall()  # the LLM call the results are of now
 
     # ------------------------------------------------------------ Rx side
 
@@ -109,8 +132,8 @@ class _Runner:
             for event in result.events:
                 if isinstance(event, ResponseStartedEvent):
                     self.seen.clear()  # a new LLM call: an id may come back in it
-                    self.ran_upstream = set()
-                    self.in_call = True
+                    self.end_call()
+                    self.llm_call = _LLMCall()
                 elif isinstance(event, FinishEvent):
                     self.end_call()
                 elif isinstance(event, ToolApprovalRequestEvent):
@@ -125,10 +148,10 @@ class _Runner:
                 return
             if isinstance(content, ToolCalledContent):  # answered upstream (the provider ran
                 self.seen.add(content.call_id)  # it, reported by ToolCalled): not run again
-                self.ran_upstream.add(content.call_id)
+                self.llm_call.ran.add(content.call_id)
             elif isinstance(content, ToolCallingContent) and content.call_id not in self.seen:
                 self.seen.add(content.call_id)
-                self.start(self.run(content, result), f"rafrx tool {content.name}")
+                self.start(self.run(content, result, self.llm_call), f"rafrx tool {content.name}")
         if self.approver is None:
             return  # (the provider's approval requests stay for the caller to answer)
         for event in result.events:
@@ -150,10 +173,7 @@ class _Runner:
 
     def end_call(self) -> None:
         """The LLM call ended: calls of no tool of ours stop waiting for the provider."""
-        self.in_call = False
-        ended, self.call_ended = self.call_ended, None
-        if ended is not None and not ended.done():
-            self.on_loop(ended.set_result, None)
+        self.on_loop(self.llm_call.end)  # (on the loop's thread, as its waiters)
 
     def maybe_complete(self) -> None:
         if self.upstream_done and not self.tasks and not self.stopped:
@@ -242,14 +262,12 @@ class _Runner:
             self.on_error(error)
         self.maybe_complete()
 
-    async def run(self, call: ToolCallingContent, result: AgentResponseResult) -> None:
-        ran_upstream = self.ran_upstream
+    async def run(
+        self, call: ToolCallingContent, result: AgentResponseResult, llm_call: _LLMCall
+    ) -> None:
         if call.name not in self.tools:  # none of ours: the provider's, said by its end?
-            if self.in_call:
-                if self.call_ended is None:
-                    self.call_ended = asyncio.get_running_loop().create_future()
-                await self.call_ended
-            if call.call_id in ran_upstream:
+            await llm_call.ended()
+            if call.call_id in llm_call.ran:
                 return
         content = await self.call(call, result)
         self.emit(AgentResponseResult(result.id, result.model, None, (content,)))
