@@ -119,7 +119,7 @@ class ToolCallAccumulator:
         call = self._calls.get(call_id)
         if call is None or call.ended:
             raise ProtocolError(f"arguments for a tool call that is not open: {call_id!r}")
-        if call.high or has_surrogates(args_delta):
+        if call.high or (not args_delta.isascii() and has_surrogates(args_delta)):
             args_delta = call.whole(args_delta)
             if not args_delta:
                 return None  # (a high half alone: it waits for its other half)

@@ -95,7 +95,12 @@ class _ArgumentRun:
         """The result for ``delta``, as the stages would build it; None: not the usual case."""
         call = self.call
         size = call.size + len(delta)
-        if not delta or size > self.limit or call.high or has_surrogates(delta):
+        if (
+            not delta
+            or size > self.limit
+            or call.high
+            or (not delta.isascii() and has_surrogates(delta))  # (no call for plain ASCII)
+        ):
             return None  # the stages themselves skip it, raise, or join an emoji's halves
         call.size = size
         meta = self.meta
