@@ -160,10 +160,7 @@ class ToolCallAccumulator:
                     return ()
                 call.ended = True
                 end = ToolCallEndContent(call_id, meta=meta)
-                if call.high:  # a lone high half ended the arguments: it goes as it came
-                    held, call.high = call.high, ""
-                    return (self.result((args_content(call_id, held, meta), end)),)
-                return (self.result((end,)),)
+                return (self.result((*self._held_half(call_id, call), end)),)
             case u.Usage(usage):
                 return (self.result((UsageContent(usage, meta=meta),)),)
             case u.Finish(reason, usage):
@@ -206,14 +203,19 @@ class ToolCallAccumulator:
         return (self.result((*self._held_halves(), error_content)),)
 
     def _held_halves(self) -> tuple[Content, ...]:
-        """The high surrogates that open calls hold, as the fragments they came as: the
-        calls end cut short, and ``raw_arguments`` keeps what arrived."""
-        held: list[Content] = []
-        for call_id, call in self._calls.items():
-            if call.high:
-                held.append(args_content(call_id, call.high, self._meta))
-                call.high = ""
-        return tuple(held)
+        """The high surrogates that open calls hold (they end cut short: their
+        ``raw_arguments`` keep what arrived)."""
+        return tuple(
+            c for call_id, call in self._calls.items() for c in self._held_half(call_id, call)
+        )
+
+    def _held_half(self, call_id: str, call: OpenCall) -> tuple[Content, ...]:
+        """The high surrogate ``call`` holds, if any, as the fragment it came as: its
+        arguments end without the other half."""
+        if not call.high:
+            return ()
+        held, call.high = call.high, ""
+        return (args_content(call_id, held, self._meta),)
 
 
 def accumulate_tool_calls(
