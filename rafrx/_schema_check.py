@@ -1,10 +1,11 @@
 """Checking parsed JSON against the subset of JSON Schema that tool schemas use.
 
 Supported keywords: ``type`` (a name or a list of names), ``enum``,
-``const``, ``anyOf``/``oneOf``/``allOf``; for numbers ``minimum``,
-``maximum``, ``exclusiveMinimum``, ``exclusiveMaximum``, ``multipleOf``; for
-strings ``minLength``/``maxLength`` (in code points) and ``pattern`` (a
-search, as JSON Schema says); for arrays
+``const``, ``anyOf``/``oneOf``/``allOf`` (``oneOf``: exactly one branch, where the
+branches use only these keywords); for numbers ``minimum``, ``maximum``,
+``exclusiveMinimum``, ``exclusiveMaximum``, ``multipleOf``; for strings
+``minLength``/``maxLength`` (in code points) and ``pattern`` (a search, as JSON
+Schema says); for arrays
 ``items``/``prefixItems``/``minItems``/``maxItems``/``uniqueItems``; for
 objects ``properties``/``required``/``additionalProperties``/
 ``minProperties``/``maxProperties``. An integer is a
@@ -150,11 +151,9 @@ def check(schema: Mapping[str, Any] | bool, value: Any, path: str) -> str | None
         return f"{_where(path)}expected {_text(schema['const'])}, got {show(value)}"
     for key in ("anyOf", "oneOf"):
         if key in schema:
-            branches = [(s, check(s, value, path)) for s in schema[key]]
-            if all(error for _, error in branches):
-                # a branch of the value's own type explains best (not "expected null")
-                near = [e for s, e in branches if e and _same_type(s, value)]
-                return near[0] if len(near) == 1 else " or ".join(e for _, e in branches if e)
+            error = _check_branches(schema[key], value, path, exactly_one=key == "oneOf")
+            if error:
+                return error
     for part in schema.get("allOf", ()):
         error = check(part, value, path)
         if error:
@@ -201,6 +200,90 @@ def check_object(schema: Mapping[str, Any], value: Mapping[str, Any], path: str)
         if error:
             errors.append(error)
     return errors
+
+
+def _check_branches(
+    branches: Sequence[Any], value: Any, path: str, *, exactly_one: bool
+) -> str | None:
+    """How ``value`` breaks ``anyOf`` (no branch fits) or ``oneOf`` (``exactly_one``:
+    no branch, or several, fit), or ``None``.
+
+    Several fitting ``oneOf`` branches are an error only where this check is sure of
+    each fit: a branch with a keyword it does not check (a ``$ref``, ``not``) may
+    refuse the value, and that is left to the provider, as for any such keyword.
+
+    Example:
+        >>> number_or_integer = [{"type": "number"}, {"type": "integer"}]
+        >>> _check_branches(number_or_integer, 1.5, "n", exactly_one=True) is None
+        True
+        >>> _check_branches(number_or_integer, 2, "n", exactly_one=True)
+        "argument 'n': expected exactly one oneOf branch to match, but several matched (branches 0, 1), got integer 2"
+    """  # noqa: E501
+    errors = [check(branch, value, path) for branch in branches]
+    fitting = [i for i, error in enumerate(errors) if error is None]
+    if not fitting and errors:
+        # a branch of the value's own type explains best (not "expected null")
+        near = [e for b, e in zip(branches, errors, strict=True) if e and _same_type(b, value)]
+        return near[0] if len(near) == 1 else " or ".join(e for e in errors if e)
+    if exactly_one and len(fitting) > 1 and all(_checked_whole(branches[i]) for i in fitting):
+        numbers = ", ".join(map(str, fitting))
+        return (
+            f"{_where(path)}expected exactly one oneOf branch to match, "
+            f"but several matched (branches {numbers}), got {show(value)}"
+        )
+    return None
+
+
+#: The JSON Schema keywords that assert something :func:`check` does not check.
+UNCHECKED = frozenset(
+    {
+        "$ref",
+        "$dynamicRef",
+        "$recursiveRef",
+        "not",
+        "if",
+        "then",
+        "else",
+        "patternProperties",
+        "dependentSchemas",
+        "dependentRequired",
+        "dependencies",
+        "contains",
+        "minContains",
+        "maxContains",
+        "propertyNames",
+        "unevaluatedProperties",
+        "unevaluatedItems",
+    }
+)
+
+
+def _checked_whole(schema: Any) -> bool:
+    """Whether :func:`check` checks all that ``schema`` asserts, at any depth: no
+    keyword of :data:`UNCHECKED`, no ``pattern`` Python cannot compile.
+
+    Example:
+        >>> _checked_whole({"type": "object", "properties": {"a": {"$ref": "#/$defs/A"}}})
+        False
+    """
+    if isinstance(schema, bool):
+        return True
+    if not isinstance(schema, Mapping):
+        return False  # not a schema: left to the provider
+    if not UNCHECKED.isdisjoint(schema):
+        return False
+    pattern = schema.get("pattern")
+    if isinstance(pattern, str) and _compiled(pattern) is None:
+        return False
+    subschemas: list[Any] = []
+    for key, sub in schema.items():
+        if key in SCHEMA_MAPS and isinstance(sub, Mapping):
+            subschemas += sub.values()
+        elif key in SCHEMA_LISTS and isinstance(sub, list):
+            subschemas += sub
+        elif key in SCHEMA_ONE or key == "additionalItems":
+            subschemas += sub if isinstance(sub, list) else [sub]  # (draft 4's tuple items)
+    return all(_checked_whole(sub) for sub in subschemas)
 
 
 #: The order bounds: the JSON Schema keyword, the ``Annotated`` metadata attribute that
