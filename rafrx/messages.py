@@ -843,8 +843,10 @@ TOOL_USE_REF = "rafrx.tool_use_ref"
 
 #: Type of the ``provider_data`` block (under :data:`ANTHROPIC_THINKING`) holding the code
 #: execution container of an Anthropic message (``{"type": ..., "id": ..., "expires_at":
-#: ...}``, from ``message_delta``): calls that Claude's code made wait in it, and the next
-#: request names it (``container``), as :func:`pending_container` finds.
+#: ...}``, from ``message_delta``): calls that Claude's code made wait in it, and a paused
+#: turn goes on in it, so the next request names it (``container``, beside ``messages``:
+#: no content block holds it, and :func:`to_anthropic` leaves it out), as
+#: :func:`pending_container` finds.
 CONTAINER_REF = "rafrx.container"
 
 #: Type of the ``provider_data`` block (under :data:`ANTHROPIC_THINKING`) marking an
@@ -918,6 +920,8 @@ def is_paused(message: ChatMessage) -> bool:
 def pending_container(messages: Sequence[ChatMessage]) -> str | None:
     """The id of the code execution container that the last assistant message's tool
     calls wait in (:data:`CONTAINER_REF`): Anthropic requires it with their results.
+    Also that of a paused message (:func:`is_paused`): the turn goes on in the
+    container its code ran in, with the files and state it left there.
 
     Example:
         >>> mark = {"type": CONTAINER_REF, "id": "container_1"}
@@ -929,7 +933,8 @@ def pending_container(messages: Sequence[ChatMessage]) -> str | None:
     """
     for message in reversed(messages):
         if message.role is MessageRole.ASSISTANT:
-            if not message.tool_calls or not message.provider_data:
+            goes_on = bool(message.tool_calls) or is_paused(message)
+            if not goes_on or not message.provider_data:
                 return None
             for block in message.provider_data.get(ANTHROPIC_THINKING, ()):
                 if _block_type(block) == CONTAINER_REF and isinstance(block.get("id"), str):
@@ -1026,7 +1031,9 @@ def to_anthropic(messages: Iterable[ChatMessage]) -> tuple[str | None, list[dict
     System messages are joined into ``system``; tool calls become
     ``tool_use`` blocks; consecutive tool results become one user message of
     ``tool_result`` blocks (``is_error`` for a failed call); thinking blocks
-    kept in ``provider_data`` go first.
+    kept in ``provider_data`` go first. rafrx's own marks there stay out: a code
+    execution container (:data:`CONTAINER_REF`) goes beside the messages, as the
+    request's ``container`` (:func:`pending_container`).
     A message with nothing to send (an empty user message, an assistant turn
     with no text, call or thinking block) is left out: Anthropic refuses an
     empty content list.

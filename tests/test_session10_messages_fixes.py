@@ -11,18 +11,23 @@ marked "pin" hold behaviour the fix must keep). Every HTTP exchange is real aioh
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Annotated, Any, Literal
 
 import pydantic
 import pytest
 import reactivex
 
+import tests.sources.test_anthropic_agent_hunt as hunt
 from rafrx import operators as ops
 from rafrx import updates as u
 from rafrx._schema_check import check
 from rafrx.errors import InvalidToolArguments
+from rafrx.messages import ANTHROPIC_THINKING, CONTAINER_REF, ChatMessage, pending_container
 from rafrx.response import AgentResponse, FinishReason
+from rafrx.testing import LLMServer
 from rafrx.tools import Tool, tool
+from tests.test_sdk_request_types import body_problems
 
 GUARD = 5.0
 
@@ -151,3 +156,51 @@ def test_a_union_of_overlapping_types_is_anyof_and_takes_what_fits_both() -> Non
 
     assert "oneOf" not in repr(scale.parameters)
     assert scale.validate({"factor": 2, "tags": "a"}) == {"factor": 2, "tags": "a"}
+
+
+# ====================================================== Anthropic: a paused turn's container
+
+
+def _with_container(body: bytes, container_id: str) -> bytes:
+    """An Anthropic stream whose ``message_delta`` names its code execution container."""
+    container = {"id": container_id, "expires_at": "2099-01-01T00:00:00Z"}
+    marked = body.replace(
+        b'"stop_sequence": null}, "usage"',
+        b'"stop_sequence": null, "container": ' + json.dumps(container).encode() + b'}, "usage"',
+    )
+    assert marked != body
+    return marked
+
+
+@pytest.mark.asyncio
+async def test_a_paused_code_execution_turn_goes_on_in_its_container(
+    llm_server: LLMServer,
+) -> None:
+    """``pause_turn`` while Claude's code runs: the continuation must name the paused
+    message's container (the SDK's tool runners pass ``container.id`` on), or it goes
+    on in a new one, without the files and state the code left. It was named only
+    when client tool calls were pending."""
+    paused = hunt.message(
+        hunt.server_use("srvtoolu_01", "code_execution", {"code": "open('a.txt','w')"}),
+        hunt.code_result("srvtoolu_01"),
+        stop="pause_turn",
+    )
+    paused = _with_container(paused, "container_011Paused")
+    sdk = hunt.sdk_message(paused)
+    assert sdk.container is not None
+    assert sdk.container.id == "container_011Paused"
+    [response] = await hunt.run_turns(llm_server, [paused, hunt.answer("Saved.")], ["Save it."])
+    assert response.text == "Saved."
+    first, second = llm_server.requests
+    assert "container" not in first.body
+    assert second.body.get("container") == "container_011Paused"
+    assert body_problems("anthropic", second.json) == []
+    assert hunt.assistant_contents(second) == [hunt.kept_wire(sdk)]
+
+
+def test_a_finished_turn_names_no_container() -> None:
+    """Pin: a message that neither paused nor waits for calls names no container (it may
+    have expired by the next turn; Anthropic does not require it)."""
+    mark = {"type": CONTAINER_REF, "id": "container_1"}
+    done = ChatMessage("assistant", "Done.", provider_data={ANTHROPIC_THINKING: (mark,)})
+    assert pending_container([ChatMessage.user("Go."), done]) is None
