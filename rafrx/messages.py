@@ -837,7 +837,8 @@ CUSTOM_TOOL_CALL_REF = "rafrx.custom_tool_call_ref"
 #: text blocks (``{"type": TEXT_REF, "chars": n}``: its next ``n`` characters) and
 #: ``tool_use`` blocks (``{"type": TOOL_USE_REF, "id": ...}``) stood among its thinking
 #: blocks, kept under :data:`ANTHROPIC_THINKING` when the model thought between them
-#: (interleaved thinking): Anthropic refuses the message back in another order.
+#: (interleaved thinking): Anthropic refuses the message back in another order. Also
+#: when text came after a call, which the message's one text would put before it.
 TEXT_REF = "rafrx.text_ref"
 TOOL_USE_REF = "rafrx.tool_use_ref"
 
@@ -1213,14 +1214,15 @@ def from_anthropic(
 def _thinking_of(content: Sequence[Mapping[str, Any]]) -> tuple[dict[str, Any], ...]:
     """An assistant wire message's thinking blocks and server tools' blocks (any block
     but text and tool_use), with :data:`TEXT_REF` / :data:`TOOL_USE_REF` blocks for
-    the text and calls among them when they stood between them."""
+    the text and calls among them when they stood between them, or when text came
+    after a call."""
     kinds = [b.get("type") for b in content]
     is_kept = [k not in ("text", "tool_use") for k in kinds]
     extras = [
         _tool_use_extra(b) if k == "tool_use" else {} for b, k in zip(content, kinds, strict=True)
     ]
     first_other = is_kept.index(False) if False in is_kept else len(kinds)
-    interleaved = any(is_kept[first_other:]) or any(extras)
+    interleaved = any(is_kept[first_other:]) or any(extras) or _text_after_a_call(content)
     if not interleaved and not any(is_kept):
         return ()
     kept: list[dict[str, Any]] = []
@@ -1232,6 +1234,24 @@ def _thinking_of(content: Sequence[Mapping[str, Any]]) -> tuple[dict[str, Any], 
         elif interleaved and kind == "tool_use":
             kept.append({"type": TOOL_USE_REF, "id": block.get("id"), **extra})
     return tuple(kept)
+
+
+def _text_after_a_call(content: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether text follows a ``tool_use`` block (``[text, tool_use, text]``): the text
+    joins, so only refs keep where each stood (as the stream dialect keeps them).
+
+    Example:
+        >>> call = {"type": "tool_use", "id": "c1", "name": "f", "input": {}}
+        >>> _text_after_a_call([{"type": "text", "text": "A"}, call])
+        False
+        >>> _text_after_a_call([call, {"type": "text", "text": "B"}])
+        True
+    """
+    kinds = [b.get("type") for b in content]
+    if "tool_use" not in kinds:
+        return False
+    after = content[kinds.index("tool_use") :]
+    return any(b.get("type") == "text" and b.get("text") for b in after)
 
 
 def _tool_use_extra(block: Mapping[str, Any]) -> dict[str, Any]:

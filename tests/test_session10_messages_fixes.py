@@ -23,7 +23,14 @@ from rafrx import operators as ops
 from rafrx import updates as u
 from rafrx._schema_check import check
 from rafrx.errors import InvalidToolArguments
-from rafrx.messages import ANTHROPIC_THINKING, CONTAINER_REF, ChatMessage, pending_container
+from rafrx.messages import (
+    ANTHROPIC_THINKING,
+    CONTAINER_REF,
+    ChatMessage,
+    from_anthropic,
+    pending_container,
+    to_anthropic,
+)
 from rafrx.response import AgentResponse, FinishReason
 from rafrx.testing import LLMServer
 from rafrx.tools import Tool, tool
@@ -204,3 +211,45 @@ def test_a_finished_turn_names_no_container() -> None:
     mark = {"type": CONTAINER_REF, "id": "container_1"}
     done = ChatMessage("assistant", "Done.", provider_data={ANTHROPIC_THINKING: (mark,)})
     assert pending_container([ChatMessage.user("Go."), done]) is None
+
+
+# ====================================================== Anthropic: text after a tool_use block
+
+SPLIT_TURN = (
+    hunt.text("Let me look it up."),
+    hunt.tool_use("toolu_01", "lookup", {"city": "Oslo"}),
+    hunt.text("Then I will tell you."),
+)
+
+
+@pytest.mark.asyncio
+async def test_text_after_a_tool_use_block_goes_back_after_it(llm_server: LLMServer) -> None:
+    """``[text, tool_use, text]``: the stream's text joins into the message's one text,
+    and the message went back as ``[text "AB", tool_use]``: the model's words moved
+    before its call, run together. It goes back as it came (as the SDK keeps it)."""
+    step = hunt.message(*SPLIT_TURN)
+    sdk = hunt.sdk_message(step)
+    await hunt.run_turns(llm_server, [step, hunt.answer("Sunny.")], ["Oslo?"], tools=[hunt.lookup])
+    second = llm_server.requests[1]
+    assert body_problems("anthropic", second.json) == []
+    assert hunt.assistant_contents(second) == [hunt.kept_wire(sdk)]
+    assert [b["type"] for b in hunt.kept_wire(sdk)] == ["text", "tool_use", "text"]
+
+
+def test_from_anthropic_keeps_text_after_a_tool_use_block_in_its_place() -> None:
+    """The same through ``from_anthropic``: back through ``to_anthropic`` the message
+    is what it was (the text after the call was glued to the text before it)."""
+    wire = [{"role": "user", "content": [hunt.text("Oslo?")]}]
+    wire.append({"role": "assistant", "content": list(SPLIT_TURN)})
+    [_, assistant] = from_anthropic(None, wire)
+    assert assistant.content == "Let me look it up.Then I will tell you."  # one text
+    assert to_anthropic([ChatMessage.user("Oslo?"), assistant]) == (None, wire)
+
+
+def test_text_before_the_calls_only_keeps_no_refs() -> None:
+    """Pin: the common ``[text, tool_use, tool_use]`` keeps no provider data."""
+    calls = [hunt.tool_use(f"toolu_0{i}", "lookup", {"city": "Oslo"}) for i in (1, 2)]
+    wire = [{"role": "assistant", "content": [hunt.text("Looking."), *calls]}]
+    [assistant] = from_anthropic(None, wire)
+    assert assistant.provider_data is None
+    assert to_anthropic([assistant]) == (None, wire)

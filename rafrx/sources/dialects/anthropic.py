@@ -12,7 +12,9 @@
   When the model thinks *between* text and tool_use blocks (interleaved
   thinking), where those stood is kept too, as ``provider_data`` blocks
   ``TEXT_REF`` / ``TOOL_USE_REF`` (:mod:`rafrx.messages`) before the thinking
-  block after them: the message must go back in the order it came.
+  block after them: the message must go back in the order it came. So they are
+  when text follows a ``tool_use`` block (``[text, tool_use, text]``): the
+  ``TextDelta`` updates join, the message goes back with each text in its place.
 * ``tool_use`` blocks → ``ToolCallStart`` / ``ToolCallArgs`` / ``ToolCallEnd``.
   The arguments are the ``input_json_delta`` pieces; an ``input`` the block
   starts with (Anthropic's is ``{}``; some gateways send the whole input there)
@@ -364,11 +366,17 @@ class AnthropicDialect:
 
     def _ref(self, ref: dict[str, Any], needed: bool = False) -> list[AgentResponseUpdate]:
         """A text or tool_use block ended: note where it stood, sent once thinking follows
-        or at once when ``needed`` (a ``tool_use`` block's ``caller`` goes back on its ref)."""
+        or at once when ``needed`` (a ``tool_use`` block's ``caller`` goes back on its ref,
+        a text block came after a call: both go back in their place)."""
         if self._interleaved:
             return [ReasoningDelta("", provider_data=ref)]
         self._refs.append(ref)
         return self._thinking_starts() if needed else []
+
+    def _after_a_call(self) -> bool:
+        """Whether a ``tool_use`` block came before the text block that ends now (its
+        text does not join the text before the call)."""
+        return any(ref["type"] == TOOL_USE_REF for ref in self._refs)
 
     def _block_delta(
         self, event: ServerSentEvent, data: dict[str, Any]
@@ -449,7 +457,8 @@ class AnthropicDialect:
             whole["signature"] = block.signature or ""
             return [ReasoningDelta("", provider_data=whole)]
         if block.type == "text" and self._text_chars > block.start:
-            return self._ref({"type": TEXT_REF, "chars": self._text_chars - block.start})
+            ref = {"type": TEXT_REF, "chars": self._text_chars - block.start}
+            return self._ref(ref, needed=self._after_a_call())
         if block.whole is not None:
             return [ReasoningDelta("", provider_data=_server_block(block.whole, block.thinking))]
         return []
