@@ -1,0 +1,66 @@
+"""Regression tests of session 10's fixes to the test kit, the CLI, the response's dict
+form, the terminal renderer and the notebook's live state.
+
+Each failed on the commit before its fix, for the reason its docstring gives. Every HTTP
+exchange is real aiohttp over 127.0.0.1 (rafrx.testing.LLMServer).
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import urllib.request
+from typing import Any
+
+import pytest
+
+from rafrx.testing import LLMServer, RecordedRequest
+
+# ----------------------------------------------------------------- LLMServer.in_thread
+
+
+def test_in_thread_takes_every_option_of_the_constructor() -> None:
+    """``in_thread()`` had no ``keep_requests``: a sync test could not bound the record."""
+    constructor = inspect.signature(LLMServer).parameters
+    in_thread = inspect.signature(LLMServer.in_thread).parameters
+    assert list(in_thread) == list(constructor)
+    with LLMServer.in_thread(keep_requests=1) as server:
+        for _ in range(3):
+            request = urllib.request.Request(
+                server.url + "/v1/chat/completions", data=b'{"stream": true}', method="POST"
+            )
+            with urllib.request.urlopen(request, timeout=5) as response:
+                response.read()
+        assert server.keep_requests == 1
+        assert (server.request_count, len(server.requests)) == (3, 1)
+
+
+# ----------------------------------------------------------------- RecordedRequest.last_role
+
+
+@pytest.mark.parametrize(
+    ("item", "role"),
+    [
+        ({"type": "custom_tool_call_output", "call_id": "c", "output": "1"}, "tool"),
+        ({"type": "custom_tool_call", "call_id": "c", "name": "f", "input": "x"}, "assistant"),
+        (
+            {"type": "mcp_approval_response", "approval_request_id": "mcpr_1", "approve": True},
+            "tool",
+        ),
+        ({"type": "mcp_approval_request", "id": "mcpr_1", "name": "f"}, "assistant"),
+        ({"type": "reasoning", "id": "rs_1", "summary": []}, "assistant"),
+        ({"type": "item_reference", "id": "ws_1"}, "assistant"),
+        ({"type": "web_search_call", "id": "ws_1", "status": "completed"}, "assistant"),
+        ({"type": "mcp_call", "id": "mcp_1", "name": "f"}, "assistant"),
+        (
+            {"type": "message", "id": "msg_1", "role": "assistant", "content": []},
+            "assistant",
+        ),
+    ],
+)
+def test_last_role_of_every_responses_item_rafrx_sends(item: dict[str, Any], role: str) -> None:
+    """``last_role`` knew only ``function_call`` and ``function_call_output``: a custom
+    tool's result or an MCP approval answer (what ends a tool loop's request) was
+    ``None``, so a script's ``last_role == "tool"`` never saw the loop go on."""
+    request = RecordedRequest.build("/v1/responses", {}, {"input": [item]})
+    assert request.last_role == role
