@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import inspect
 import json
+import math
 import urllib.request
 from typing import Any
 
 import pytest
 
+from rafrx.messages import ANTHROPIC_THINKING, OPENAI_REASONING, ChatMessage, ToolCall
+from rafrx.response import AgentResponse
 from rafrx.testing import LLMServer, RecordedRequest
 
 # ----------------------------------------------------------------- LLMServer.in_thread
@@ -64,3 +67,38 @@ def test_last_role_of_every_responses_item_rafrx_sends(item: dict[str, Any], rol
     ``None``, so a script's ``last_role == "tool"`` never saw the loop go on."""
     request = RecordedRequest.build("/v1/responses", {}, {"input": [item]})
     assert request.last_role == role
+
+
+# ----------------------------------------------------------------- AgentResponse.to_dict
+
+
+def test_response_to_dict_keeps_the_messages_provider_data() -> None:
+    """``to_dict()`` wrote the messages by ``to_openai()`` alone: an Anthropic thinking
+    block's signature and a Responses reasoning item (what a continuation needs) were
+    lost from the dict a caller keeps."""
+    thinking = {"type": "thinking", "thinking": "Hmm.", "signature": "sig-1", "score": math.nan}
+    reasoning = {"type": "reasoning", "id": "rs_1", "encrypted_content": "enc"}
+    said = ChatMessage(
+        "assistant",
+        "Checking.",
+        tool_calls=[ToolCall("c1", "now", {})],
+        provider_data={ANTHROPIC_THINKING: (thinking,), OPENAI_REASONING: (reasoning,)},
+    )
+    result = ChatMessage.tool("12:00", "c1")
+    response = AgentResponse(turn_transcript=[said, result], tool_messages=[result])
+    data = json.loads(json.dumps(response.to_dict(), allow_nan=False))
+    kept = data["turn_transcript"][0]
+    assert kept["provider_data"] == {
+        ANTHROPIC_THINKING: [{**thinking, "score": None}],
+        OPENAI_REASONING: [reasoning],
+    }
+    assert kept["tool_calls"][0]["function"]["name"] == "now"  # still the OpenAI form
+    assert "provider_data" not in data["turn_transcript"][1]  # none kept: no key
+    back = ChatMessage.from_dict({**kept, "tool_calls": [c.to_dict() for c in said.tool_calls]})
+    assert back.provider_data == {
+        ANTHROPIC_THINKING: ({**thinking, "score": None},),
+        OPENAI_REASONING: (reasoning,),
+    }
+    kept_here = response.to_dict()["turn_transcript"][0]["provider_data"]
+    kept_here[OPENAI_REASONING][0]["id"] = "changed"
+    assert reasoning["id"] == "rs_1"  # a copy, not the message's own blocks
