@@ -10,7 +10,11 @@ from __future__ import annotations
 import inspect
 import json
 import math
+import os
+import subprocess
+import sys
 import urllib.request
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,6 +22,8 @@ import pytest
 from rafrx.messages import ANTHROPIC_THINKING, OPENAI_REASONING, ChatMessage, ToolCall
 from rafrx.response import AgentResponse
 from rafrx.testing import LLMServer, RecordedRequest
+
+FIXTURES = Path(__file__).parent / "data" / "fixtures"
 
 # ----------------------------------------------------------------- LLMServer.in_thread
 
@@ -102,3 +108,46 @@ def test_response_to_dict_keeps_the_messages_provider_data() -> None:
     kept_here = response.to_dict()["turn_transcript"][0]["provider_data"]
     kept_here[OPENAI_REASONING][0]["id"] = "changed"
     assert reasoning["id"] == "rs_1"  # a copy, not the message's own blocks
+
+
+# ----------------------------------------------------------------- the CLI's --dialect
+
+_WITH_A_DIALECT_OF_MY_OWN = """
+import sys
+from rafrx.__main__ import main
+from rafrx.sources.dialects import DIALECTS, OpenAIChatDialect
+DIALECTS["my-chat"] = OpenAIChatDialect
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_replay_offers_every_registered_dialect() -> None:
+    """``--dialect`` offered a hard-coded list: a dialect registered in ``DIALECTS`` (as
+    its docstring says to) was an invalid choice."""
+    fixture = FIXTURES / "openai-chat" / "openai-text-then-tool-call.sse"
+    args = ["replay", str(fixture), "--json", "--dialect", "my-chat"]
+    result = subprocess.run(
+        [sys.executable, "-c", _WITH_A_DIALECT_OF_MY_OWN, *args],
+        capture_output=True,
+        text=True,
+        encoding="utf-8",
+        timeout=60,
+        env={**os.environ, "PYTHONIOENCODING": "utf-8"},
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    kinds = [json.loads(line)["type"] for line in result.stdout.splitlines()]
+    assert "FinishEvent" in kinds
+
+
+def test_replay_help_lists_every_registered_dialect(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The same, as ``rafrx replay --help`` lists the choices."""
+    from rafrx.__main__ import build_parser
+    from rafrx.sources.dialects import DIALECTS, OpenAIChatDialect
+
+    monkeypatch.setitem(DIALECTS, "my-chat", OpenAIChatDialect)
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["replay", "--help"])
+    assert "auto,openai-chat,anthropic,openai-responses,my-chat" in capsys.readouterr().out
