@@ -7,20 +7,27 @@ exchange is real aiohttp over 127.0.0.1 (rafrx.testing.LLMServer).
 
 from __future__ import annotations
 
+import asyncio
 import inspect
+import io
 import json
 import math
 import os
 import subprocess
 import sys
+import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from rafrx import content as c
 from rafrx.messages import ANTHROPIC_THINKING, OPENAI_REASONING, ChatMessage, ToolCall
-from rafrx.response import AgentResponse
+from rafrx.notebook._format import human_size
+from rafrx.response import AgentResponse, AgentResponseResult
+from rafrx.terminal import TerminalRenderer
 from rafrx.testing import LLMServer, RecordedRequest
 
 FIXTURES = Path(__file__).parent / "data" / "fixtures"
@@ -151,3 +158,53 @@ def test_replay_help_lists_every_registered_dialect(
     with pytest.raises(SystemExit):
         build_parser().parse_args(["replay", "--help"])
     assert "auto,openai-chat,anthropic,openai-responses,my-chat" in capsys.readouterr().out
+
+
+# ----------------------------------------------------------------- the terminal's progress line
+
+
+def _progress(received: int) -> AgentResponseResult:
+    return AgentResponseResult(
+        contents=[c.ToolCallArgsProgressContent("c1", "content", received, "x")]
+    )
+
+
+def _progress_shown(out: io.StringIO) -> str:
+    """What the in-place progress line shows now: the text after its last clear."""
+    return out.getvalue().rsplit("\r\x1b[K", 1)[-1]
+
+
+async def _until(condition: Callable[[], bool], timeout: float = 1.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not condition() and asyncio.get_running_loop().time() < deadline:
+        await asyncio.sleep(0.01)
+
+
+@pytest.mark.asyncio
+async def test_terminal_progress_line_shows_the_last_update_when_the_stream_pauses() -> None:
+    """An update that came within the interval was skipped and nothing drew it later: a
+    stream that paused there left the line showing an older size."""
+    out = io.StringIO()
+    renderer = TerminalRenderer(out, color=True, interval=0.2)
+    renderer.result(AgentResponseResult(contents=[c.ToolCallStartContent("c1", "write_file")]))
+    renderer.result(_progress(1000))
+    renderer.result(_progress(250_000))  # within the interval: not drawn now
+    assert human_size(250_000) not in _progress_shown(out)
+    await _until(lambda: human_size(250_000) in _progress_shown(out))  # the stream pauses
+    assert human_size(250_000) in _progress_shown(out)
+    renderer.result(AgentResponseResult(contents=[c.TextContent("Done.")]))
+    renderer.close()
+    assert out.getvalue().endswith("Done.\x1b[0m\n")
+
+
+def test_terminal_progress_redraw_skipped_once_something_else_is_written() -> None:
+    """The late draw never comes after the line was ended (by text, or by close())."""
+    out = io.StringIO()
+    renderer = TerminalRenderer(out, color=True, interval=0.05)
+    renderer.result(_progress(1000))
+    renderer.result(_progress(250_000))
+    renderer.close()
+    written = out.getvalue()
+    time.sleep(0.1)  # (a thread timer would have fired by now)
+    assert out.getvalue() == written
+    assert human_size(250_000) not in written
