@@ -21,10 +21,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 
 from rafrx import content as c
 from rafrx.messages import ANTHROPIC_THINKING, OPENAI_REASONING, ChatMessage, ToolCall
+from rafrx.notebook import LiveState
 from rafrx.notebook._format import human_size
 from rafrx.response import AgentResponse, AgentResponseResult
 from rafrx.terminal import TerminalRenderer
@@ -208,3 +210,24 @@ def test_terminal_progress_redraw_skipped_once_something_else_is_written() -> No
     time.sleep(0.1)  # (a thread timer would have fired by now)
     assert out.getvalue() == written
     assert human_size(250_000) not in written
+
+
+# ----------------------------------------------------------------- LiveState, asdict and evolve
+
+
+def test_live_state_asdict_and_evolve_see_the_deltas_not_yet_joined() -> None:
+    """``blocks`` was a property over a private field that held the text deltas apart
+    until read: ``attrs.asdict`` gave that field (``_blocks``) without the latest
+    deltas, and ``attrs.evolve`` a state whose text missed them."""
+    state = LiveState()
+    for delta in ("Hel", "lo", " there"):
+        state.add(AgentResponseResult(contents=[c.TextContent(delta)]))
+    copied = attrs.evolve(state)
+    assert copied.blocks == [["text", "Hello there"]]
+    assert copied.text == "Hello there"
+    state.add(AgentResponseResult(contents=[c.TextContent("!")]))
+    assert attrs.asdict(state)["blocks"] == [["text", "Hello there!"]]
+    assert "_blocks" not in attrs.asdict(state)
+    state.add(AgentResponseResult(contents=[c.ReasoningContent("Hmm")]))
+    state.add(AgentResponseResult(contents=[c.ReasoningContent(".")]))
+    assert attrs.astuple(state)[0] == [["text", "Hello there!"], ["reasoning", "Hmm."]]
