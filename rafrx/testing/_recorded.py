@@ -66,8 +66,7 @@ _TOOL_SIDE_ITEMS: Final = frozenset(
 #: Those the model made: its calls, its reasoning, its provider-run tools' items (whole,
 #: or as an ``item_reference`` to one).
 _MODEL_SIDE_ITEMS: Final = frozenset(
-    {"function_call", "custom_tool_call", "reasoning", "item_reference"}
-    | OPENAI_SERVER_TOOL_ITEMS
+    {"function_call", "custom_tool_call", "reasoning", "item_reference"} | OPENAI_SERVER_TOOL_ITEMS
 )
 
 
