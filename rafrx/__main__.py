@@ -43,7 +43,6 @@ if TYPE_CHECKING:
 __all__ = ["DEMO_PROMPT", "build_parser", "demo_script", "demo_tools", "main"]
 
 FORMATS = ("openai-chat", "anthropic", "openai-responses")
-DIALECTS = ("auto", *FORMATS)
 
 #: What the demo asks.
 DEMO_PROMPT = "What's the weather in Paris? Save me a short note about it."
@@ -460,6 +459,14 @@ def _port(value: str) -> int:
     return port
 
 
+def _dialects() -> tuple[str, ...]:
+    """What ``--dialect`` takes: ``auto``, then each dialect registered in
+    :data:`rafrx.sources.dialects.DIALECTS` (one added there is offered too)."""
+    from rafrx.sources.dialects import DIALECTS
+
+    return ("auto", *DIALECTS)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``rafrx`` argument parser (subcommands ``demo``, ``replay``, ``chat``, ``serve``)."""
     parser = _Parser(
@@ -496,7 +503,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     replay.add_argument("file", help="a .sse file (raw body) or a .jsonl recording")
     replay.add_argument(
-        "--dialect", choices=DIALECTS, default=None, help="for .sse files (default: auto)"
+        "--dialect", choices=_dialects(), default=None, help="for .sse files (default: auto)"
     )
     replay.add_argument("--json", action="store_true", help="print JSON lines of contents")
     replay.add_argument("--pace", action="store_true", help="keep the recorded timing")

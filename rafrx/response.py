@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, final
 
 import attrs
 
+from rafrx._finite import finite
 from rafrx._slot_init import slot_init
 
 if TYPE_CHECKING:
@@ -122,6 +123,15 @@ _PROVIDER_REASONS: dict[str, FinishReason] = {
 }
 
 
+def _message_dict(message: ChatMessage) -> dict[str, Any]:
+    """``message`` in OpenAI wire form, with its ``provider_data`` (JSON-ready) when it
+    keeps any: the wire form has no place for it."""
+    data = message.to_openai()
+    if message.provider_data is not None:
+        data["provider_data"] = finite(message.provider_data)
+    return data
+
+
 def _calls(items: Iterable[ToolCall]) -> tuple[ToolCall, ...]:
     return tuple(items)
 
@@ -206,15 +216,18 @@ class AgentResponse:
         return response_html(self)
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict (messages in OpenAI wire form)."""
+        """A JSON-ready dict (messages in OpenAI wire form, each with the
+        ``provider_data`` it keeps, such as thinking signatures and encrypted
+        reasoning, under that key, as :meth:`ChatMessage.to_dict` writes it).
+        """
         return {
             "id": self.id,
             "model": self.model,
             "text": self.text,
             "reasoning_text": self.reasoning_text,
             "tool_calls": [c.to_dict() for c in self.tool_calls],
-            "tool_messages": [m.to_openai() for m in self.tool_messages],
-            "turn_transcript": [m.to_openai() for m in self.turn_transcript],
+            "tool_messages": [_message_dict(m) for m in self.tool_messages],
+            "turn_transcript": [_message_dict(m) for m in self.turn_transcript],
             "finish_reason": None if self.finish_reason is None else str(self.finish_reason),
             "usage": None if self.usage is None else attrs.asdict(self.usage),
             "source_agent_id": self.source_agent_id,

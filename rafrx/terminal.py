@@ -3,7 +3,8 @@
 :class:`TerminalRenderer` prints result chunks as they arrive, append-only:
 text and reasoning stream in place, each tool call is a small card whose
 arguments appear as they are parsed, with a progress line (updated in place,
-at a bounded rate) while a long string argument streams; tool results,
+at a bounded rate, the last update drawn once the interval is over) while a
+long string argument streams; tool results,
 approvals, errors and a usage line follow. With ``color=False`` it writes
 plain text with no escape sequences and no carriage returns, fit for pipes
 and logs.
@@ -27,8 +28,10 @@ Example:
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
+import threading
 import time
 from typing import Any, Final, TextIO
 
@@ -111,7 +114,10 @@ class TerminalRenderer:
         stream: Where to write (``sys.stdout``).
         color: ANSI colours, Unicode card borders and in-place progress;
             ``None`` decides with :func:`supports_color`.
-        interval: The shortest time between two in-place progress updates.
+        interval: The shortest time between two in-place progress updates; an
+            update that comes sooner is drawn when the interval is over (on the
+            running event loop, else on a timer thread), unless something else
+            was written since: a stream that pauses never leaves an old size shown.
     """
 
     def __init__(
@@ -125,6 +131,10 @@ class TerminalRenderer:
         self._names: dict[str, str] = {}
         self._progress: dict[tuple[str, str], int] = {}
         self._last_progress = 0.0
+        self._unshown: tuple[str, int] | None = None  # the progress update not drawn yet
+        self._redraw: asyncio.TimerHandle | threading.Timer | None = None
+        # The stream may emit on a worker thread while the redraw timer fires on another.
+        self._lock = threading.RLock()
         self._steps = 0
         self._step_usages: list[Usage] = []  # shown by each LLM call's finish line
         self._errors: list[str] = []  # ErrorContent, shown by error() or response()
@@ -145,6 +155,7 @@ class TerminalRenderer:
 
     def _break(self) -> None:
         """End a streaming line (text, reasoning or an in-place progress line)."""
+        self._cancel_redraw()
         if self._held:  # what would have made it whole never came
             self.stream.write(inert(self._held))
             self._held = ""
@@ -174,13 +185,18 @@ class TerminalRenderer:
 
     def result(self, result: AgentResponseResult) -> None:
         """Render one result chunk."""
-        for event in result.events:
-            self._event(event, result)
-        for item in result.contents:
-            self._content(item)
+        with self._lock:
+            for event in result.events:
+                self._event(event, result)
+            for item in result.contents:
+                self._content(item)
 
     def response(self, response: AgentResponse) -> None:
         """Finish with the turn's usage and finish reason (and any in-band error)."""
+        with self._lock:
+            self._footer(response)
+
+    def _footer(self, response: AgentResponse) -> None:
         for message in self._errors:
             self._line(f"error: {one_line(message, _ERROR)}", _RED, _BOLD)
         if response.finish_reason is FinishReason.ERROR and not self._errors:
@@ -195,18 +211,21 @@ class TerminalRenderer:
 
     def note(self, text: str, *, bold: bool = False) -> None:
         """Print a line of commentary (dim, or bold), ending any streaming line."""
-        self._line(text, _BOLD if bold else _DIM)
+        with self._lock:
+            self._line(text, _BOLD if bold else _DIM)
 
     def error(self, error: BaseException) -> None:
         """Report the error that ended the stream (it replaces the stream's ``ErrorContent``)."""
-        self._errors.clear()
         message = one_line(error_text(error), _ERROR)
-        self._line(f"error: {type(error).__name__}: {message}", _RED, _BOLD)
+        with self._lock:
+            self._errors.clear()
+            self._line(f"error: {type(error).__name__}: {message}", _RED, _BOLD)
 
     def close(self) -> None:
         """End the current line, if any."""
-        self._break()
-        self.stream.flush()
+        with self._lock:
+            self._break()
+            self.stream.flush()
 
     # ------------------------------------------------------------ items
 
@@ -277,20 +296,50 @@ class TerminalRenderer:
         self._progress[(call_id, name)] = received
         if not self.color or received < LONG_ARG_BYTES:
             return  # plain output: the size is printed once the argument is complete
-        now = time.monotonic()
-        if self._mode == "progress" and now - self._last_progress < self._interval:
+        wait = self._interval - (time.monotonic() - self._last_progress)
+        if self._mode == "progress" and wait > 0:
+            self._unshown = (name, received)
+            self._redraw_soon(wait)
             return
-        self._last_progress = now
+        self._draw_progress(name, received)
+
+    def _draw_progress(self, name: str, received: int) -> None:
+        """Draw the in-place progress line of argument ``name``: ``received`` bytes so far."""
         if self._mode == "progress":
+            self._cancel_redraw()  # (this draw shows what it would have)
             self.stream.write(_CLEAR_LINE)
         else:
             self._break()
+        now = self._last_progress = time.monotonic()
         spinner = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"[int(now * 10) % 10]
         self.stream.write(
             self._paint(f"{self.style.arg}{one_line(name)} {spinner} {human_size(received)}", _DIM)
         )
         self.stream.flush()
         self._mode = "progress"
+
+    def _redraw_soon(self, wait: float) -> None:
+        """Draw the last progress update in ``wait`` seconds, unless a draw comes first."""
+        if self._redraw is not None:
+            return
+        try:
+            self._redraw = asyncio.get_running_loop().call_later(wait, self._on_redraw)
+        except RuntimeError:  # emitted off any loop (a worker thread): a thread's timer
+            timer = self._redraw = threading.Timer(wait, self._on_redraw)
+            timer.daemon = True
+            timer.start()
+
+    def _on_redraw(self) -> None:
+        with self._lock:
+            self._redraw = None
+            if self._mode == "progress" and self._unshown is not None:
+                self._draw_progress(*self._unshown)
+
+    def _cancel_redraw(self) -> None:
+        self._unshown = None
+        if self._redraw is not None:
+            self._redraw.cancel()
+            self._redraw = None
 
     def _on_parsed(self, call_id: str, name: str, value: Any) -> None:
         received = self._progress.pop((call_id, name), None)

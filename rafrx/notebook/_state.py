@@ -97,12 +97,6 @@ class ToolCard:
             bar.incomplete = not bar.done
 
 
-def _names(flag: str) -> list[str]:
-    """The public names (``blocks``, not ``_blocks``) of LiveState's fields that have
-    ``flag`` (``"repr"``, ``"eq"``) on."""
-    return [str(a.alias) for a in attrs.fields(LiveState) if getattr(a, flag)]
-
-
 @attrs.define
 class LiveState:
     """A stream folded into what a live view shows.
@@ -112,6 +106,8 @@ class LiveState:
     holds every card by its key: the call id, or (for an id an earlier LLM
     call of the turn used too) the id and `` #2``, `` #3``...
     ``finish_reason`` is the current LLM call's (``None`` until it finishes).
+    Every read of ``blocks`` is current, ``attrs.asdict`` and ``attrs.evolve``'s
+    too (the text deltas are joined into their block when it is read).
 
     Example:
         >>> from rafrx.response import AgentResponseResult
@@ -122,7 +118,8 @@ class LiveState:
         [['text', 'Hello']]
     """
 
-    _blocks: list[list[str]] = attrs.field(factory=list, alias="blocks")
+    # (read through _current_blocks, set below: the deltas not yet joined go in first)
+    blocks: list[list[str]] = attrs.field(factory=list)
     # Deltas of the last text or reasoning block not yet joined into it: appending
     # each to the block itself would copy the whole block every time (quadratic).
     _parts: list[str] = attrs.field(factory=list, init=False, repr=False, eq=False)
@@ -145,19 +142,6 @@ class LiveState:
     status: str = "waiting"
     items: int = 0
 
-    def __repr__(self) -> str:  # (as attrs writes it, with the deltas not yet joined)
-        shown = (f"{name}={getattr(self, name)!r}" for name in _names("repr"))
-        return f"LiveState({', '.join(shown)})"
-
-    def __eq__(self, other: object) -> bool:
-        if other.__class__ is not self.__class__:
-            return NotImplemented
-        assert isinstance(other, LiveState)
-        return self._compared() == other._compared()
-
-    def _compared(self) -> tuple[Any, ...]:
-        return tuple(getattr(self, name) for name in _names("eq"))
-
     @property
     def usage(self) -> Usage | None:
         """Usage summed over LLM calls (the last report of each call counts)."""
@@ -177,21 +161,22 @@ class LiveState:
         """All reasoning text so far."""
         return "".join(b[1] for b in self.blocks if b[0] == "reasoning")
 
-    @property
-    def blocks(self) -> list[list[str]]:
-        """``[kind, value]`` pairs in the order they appeared (see the class docstring)."""
+    def _join_parts(self) -> list[list[str]]:
+        """The blocks, with the deltas not yet joined into the last one joined."""
+        blocks: list[list[str]] = _BLOCKS_SLOT.__get__(self, LiveState)
         if self._parts:
-            block, new = self._blocks[-1], "".join(self._parts)
+            block, new = blocks[-1], "".join(self._parts)
             self._parts.clear()
             if has_surrogates(new):  # an emoji's UTF-16 halves in two deltas: one character
                 block[1], new = block[1][:-1], join_surrogates(block[1][-1:] + new)
             block[1] += new
-        return self._blocks
+        return blocks
 
     def _append(self, kind: str, text: str) -> None:
         if not text:  # (an empty reasoning delta carries data to send back: nothing to show)
             return
-        if self._blocks and self._blocks[-1][0] == kind:
+        blocks = _BLOCKS_SLOT.__get__(self, LiveState)  # (as they are: no join per delta)
+        if blocks and blocks[-1][0] == kind:
             self._parts.append(text)
         else:
             self.blocks.append([kind, text])
@@ -346,3 +331,13 @@ class LiveState:
                 self.step_usage[-1] = usage
             case c.ErrorContent(message):
                 self.errors.append(message)
+
+
+# ``blocks`` is read through the joining of the deltas not yet in it: attrs' own methods
+# (repr, ==, asdict, evolve, pickling) read the field by its name, and see it current.
+_BLOCKS_SLOT: Any = LiveState.__dict__["blocks"]
+LiveState.blocks = property(  # type: ignore[assignment,misc]  # (to mypy: a slot, a list)
+    LiveState._join_parts,
+    _BLOCKS_SLOT.__set__,
+    doc="``[kind, value]`` pairs in the order they appeared (see the class docstring).",
+)

@@ -13,12 +13,13 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any, final
+from typing import Any, Final, final
 
 import attrs
 from multidict import CIMultiDict, CIMultiDictProxy, MultiDict, MultiDictProxy
 
 from rafrx._redaction import is_secret_header, is_secret_param
+from rafrx.messages import MCP_APPROVAL_RESPONSE, OPENAI_SERVER_TOOL_ITEMS
 from rafrx.recorder import SECRET_HEADERS
 from rafrx.testing._render import WIRE_FORMATS, WireFormat
 
@@ -57,6 +58,18 @@ def redact_headers(headers: Mapping[str, str] | Iterable[tuple[str, str]]) -> CI
     return CIMultiDictProxy(out)
 
 
+#: The Responses input items without a ``role`` that answer the model: its tools' results,
+#: and the approver's answer to a remote MCP tool's approval request.
+_TOOL_SIDE_ITEMS: Final = frozenset(
+    {"function_call_output", "custom_tool_call_output", MCP_APPROVAL_RESPONSE}
+)
+#: Those the model made: its calls, its reasoning, its provider-run tools' items (whole,
+#: or as an ``item_reference`` to one).
+_MODEL_SIDE_ITEMS: Final = frozenset(
+    {"function_call", "custom_tool_call", "reasoning", "item_reference"} | OPENAI_SERVER_TOOL_ITEMS
+)
+
+
 def _last_role(wire_format: WireFormat | None, body: Mapping[str, Any]) -> str | None:
     items = body.get("input") if wire_format == "openai-responses" else body.get("messages")
     if isinstance(items, str):
@@ -67,9 +80,9 @@ def _last_role(wire_format: WireFormat | None, body: Mapping[str, Any]) -> str |
     if not isinstance(last, Mapping):
         return None
     kind = last.get("type")
-    if kind == "function_call_output":
+    if kind in _TOOL_SIDE_ITEMS:
         return "tool"
-    if kind == "function_call":
+    if kind in _MODEL_SIDE_ITEMS:
         return "assistant"
     role = last.get("role")
     content = last.get("content")
@@ -157,9 +170,11 @@ class RecordedRequest:
 
     @property
     def last_role(self) -> str | None:
-        """Who spoke last, the same across formats: ``"user"``, ``"assistant"``,
-        ``"tool"`` (a tool result: OpenAI ``tool`` message, Anthropic
-        ``tool_result`` blocks, Responses ``function_call_output``) or ``"system"``."""
+        """Who spoke last, the same across formats: ``"user"``, ``"assistant"``
+        (Responses: also a call, reasoning or provider-run tool item), ``"tool"`` (a
+        tool result: OpenAI ``tool`` message, Anthropic ``tool_result`` blocks, Responses
+        ``function_call_output`` and ``custom_tool_call_output``; and a Responses
+        ``mcp_approval_response``, the answer a remote MCP tool waited for) or ``"system"``."""
         return _last_role(self.wire_format, self.body)
 
     @property

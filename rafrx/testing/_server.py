@@ -234,9 +234,16 @@ class LLMServer:
 
     @classmethod
     def in_thread(
-        cls, host: str = "127.0.0.1", port: int = 0, *, default: ServerResponse = DEFAULT_REPLY
+        cls,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        default: ServerResponse = DEFAULT_REPLY,
+        keep_requests: int | None = None,
     ) -> ServerThread:
         """Run a server on its own event loop in a daemon thread, for sync code.
+
+        The arguments are the constructor's.
 
         Example:
             >>> import urllib.request
@@ -250,7 +257,7 @@ class LLMServer:
         """
         from rafrx.testing._thread import ServerThread
 
-        return ServerThread(cls(host, port, default=default))
+        return ServerThread(cls(host, port, default=default, keep_requests=keep_requests))
 
     # ------------------------------------------------------------ behaviour
 
