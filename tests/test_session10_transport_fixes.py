@@ -101,3 +101,74 @@ async def test_a_retried_connect_failure_is_logged_by_its_error_class(
     assert len(retries) == 1, caplog.text
     assert "TransportError" in retries[0].getMessage()
     assert KEY not in caplog.text
+
+
+# ---------------------------------------------------------------- 2. long error bodies
+
+
+PADDING = "x" * 100_000
+
+
+@pytest.mark.asyncio
+async def test_an_error_body_over_the_read_limit_keeps_the_providers_error(
+    llm_server: LLMServer,
+) -> None:
+    """What happens: a provider (or a gateway) answers 400 with its JSON error first and
+    100 KB of more fields after it. rafrx reads the first 64 KB (``MAX_ERROR_BODY``), so
+    the JSON is cut, ``json.loads`` fails, and the error's ``provider_message``,
+    ``error_type`` and ``code`` are ``None``: ``str(err)`` is a bare "HTTP 400".
+
+    What should happen: the fields come from the cut JSON (rafrx's own partial JSON
+    parser reads a prefix), as they would from the whole body.
+    """
+    body = {
+        "error": {
+            "message": "Invalid 'messages[3]': too long.",
+            "type": "invalid_request_error",
+            "code": "context_length_exceeded",
+        },
+        "padding": PADDING,
+    }
+    llm_server.enqueue(Fault.status(400, body=body))
+    async with OpenAIChatClient(llm_server.url, api_key=KEY, model="m") as client:
+        err = await _error(client)
+    assert isinstance(err, HTTPStatusError)
+    assert err.provider_message == "Invalid 'messages[3]': too long."
+    assert (err.error_type, err.code) == ("invalid_request_error", "context_length_exceeded")
+    assert str(err) == "HTTP 400: Invalid 'messages[3]': too long."
+
+
+@pytest.mark.asyncio
+async def test_a_huge_error_message_is_cut_but_keeps_the_type_and_code_before_it(
+    llm_server: LLMServer,
+) -> None:
+    """The message itself is over the limit: it comes cut, and the type and code that
+    came before it are kept."""
+    body = {
+        "error": {
+            "type": "invalid_request_error",
+            "code": "bad_input",
+            "message": "Bad input: " + PADDING,
+        }
+    }
+    llm_server.enqueue(Fault.status(400, body=body))
+    async with OpenAIChatClient(llm_server.url, api_key=KEY, model="m") as client:
+        err = await _error(client)
+    assert isinstance(err, HTTPStatusError)
+    assert (err.error_type, err.code) == ("invalid_request_error", "bad_input")
+    assert err.provider_message is not None
+    assert err.provider_message.startswith("Bad input: xxx")
+    assert str(err).startswith("HTTP 400: Bad input: xxx")
+
+
+@pytest.mark.asyncio
+async def test_a_whole_but_invalid_error_body_is_still_no_provider_error(
+    llm_server: LLMServer,
+) -> None:
+    """A short body that is not JSON (only a prefix of it) is not read as a cut one."""
+    llm_server.enqueue(Fault.status(400, body=b'{"error": {"message": "half'))
+    async with OpenAIChatClient(llm_server.url, api_key=KEY, model="m") as client:
+        err = await _error(client)
+    assert isinstance(err, HTTPStatusError)
+    assert err.provider_message is None
+    assert err.body == '{"error": {"message": "half'

@@ -451,8 +451,9 @@ class _StreamCall:
         except ContentTypeError:
             head = await self._head(response)
             if not sniff_event_stream(head):
-                snippet = await self._read_text(response, MAX_SNIPPET, head)
-                said = provider_error(snippet)[0]  # e.g. a server that will not stream, in JSON
+                snippet, cut = await self._read_text(response, MAX_SNIPPET, head)
+                # (e.g. a server that will not stream, in JSON)
+                said = provider_error(snippet, cut=cut)[0]
                 raise ContentTypeError(
                     f"expected Content-Type text/event-stream, got {content_type!r} "
                     f"from {self.request.safe_url}" + (f": {said}" if said else ""),
@@ -620,10 +621,12 @@ class _StreamCall:
 
     async def _read_text(
         self, response: aiohttp.ClientResponse, limit: int, head: bytes = b""
-    ) -> str:
-        """The body's first ``limit`` bytes (after ``head``, read already), as text."""
+    ) -> tuple[str, bool]:
+        """The body's first ``limit`` bytes (after ``head``, read already), as text, and
+        whether the body may go on after them: it was cut there."""
         data = await self._read(response, head, lambda data: len(data) < limit)
-        return redact_cut(body_text(data[:limit], response), self.request.secrets)
+        text = redact_cut(body_text(data[:limit], response), self.request.secrets)
+        return text, len(data) >= limit
 
     async def _read(
         self, response: aiohttp.ClientResponse, head: bytes, more: Callable[[bytearray], bool]
@@ -643,12 +646,12 @@ class _StreamCall:
         return bytes(data)
 
     async def _status_error(self, response: aiohttp.ClientResponse) -> HTTPStatusError:
-        body = await self._read_text(response, MAX_ERROR_BODY)
+        body, cut = await self._read_text(response, MAX_ERROR_BODY)
         self._release()
         headers: CIMultiDictProxy[str] = response.headers
         if response.status < 400:
             return HTTPStatusError(response.status, body=body, message=self._redirect(response))
-        message, error_type, code = provider_error(body)
+        message, error_type, code = provider_error(body, cut=cut)
         reason = None
         if message is None and response.content_type == "text/plain":
             reason = first_line(body)  # a gateway's or a proxy's reason, in words
