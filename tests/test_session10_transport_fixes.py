@@ -172,3 +172,32 @@ async def test_a_whole_but_invalid_error_body_is_still_no_provider_error(
     assert isinstance(err, HTTPStatusError)
     assert err.provider_message is None
     assert err.body == '{"error": {"message": "half'
+
+
+# ---------------------------------------------------------------- 3. NullHandler
+
+
+def test_the_rafrx_logger_has_a_null_handler() -> None:
+    """A library adds a ``NullHandler`` to its top logger (the logging HOWTO,
+    "Configuring Logging for a Library"): rafrx had none."""
+    import rafrx  # noqa: F401
+
+    handlers = logging.getLogger("rafrx").handlers
+    assert any(type(h) is logging.NullHandler for h in handlers), handlers
+
+
+def test_an_unconfigured_program_gets_no_rafrx_warning_on_stderr() -> None:
+    """Without it, a program that configures no logging gets rafrx's warnings printed on
+    stderr by Python's last-resort handler (``logging.lastResort``)."""
+    code = (
+        "import logging, rafrx\n"
+        "logging.getLogger('rafrx.sources._http').warning('rafrx-warning-shown')\n"
+        "logging.getLogger('elsewhere').warning('other-warning-shown')\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(pathlib.Path(__file__).parents[1])}
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=30
+    )
+    assert done.returncode == 0, done.stderr
+    assert "rafrx-warning-shown" not in done.stderr
+    assert "other-warning-shown" in done.stderr  # (the program's own still are)
