@@ -201,3 +201,48 @@ def test_an_unconfigured_program_gets_no_rafrx_warning_on_stderr() -> None:
     assert done.returncode == 0, done.stderr
     assert "rafrx-warning-shown" not in done.stderr
     assert "other-warning-shown" in done.stderr  # (the program's own still are)
+
+
+# ---------------------------------------------------------------- 4. proxy unreachable
+
+
+@pytest.mark.asyncio
+async def test_an_unreachable_proxy_is_named_not_the_target(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """What the user does: ``trust_env=True`` with ``HTTP_PROXY`` naming a proxy that is
+    down.
+
+    What happened: ``TransportError("cannot connect to http://api.example.test/...:
+    [Errno 111] Connect call failed ('127.0.0.1', 9)")``: it names the API, which is
+    fine, and the operator looks there.
+
+    What should happen: the same error class, saying that the proxy could not be
+    reached, with its address and without its credentials.
+    """
+    port = _closed_port()
+    monkeypatch.setenv("HTTP_PROXY", f"http://svc:Pr0xyS3cret@127.0.0.1:{port}")
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    monkeypatch.delenv("no_proxy", raising=False)
+    client = OpenAIChatClient("http://api.example.test", api_key=KEY, model="m", trust_env=True)
+    try:
+        err = await _error(client)
+    finally:
+        await client.aclose()
+    assert type(err) is TransportError
+    assert err.retryable
+    said = str(err)
+    assert "proxy" in said
+    assert f"127.0.0.1:{port}" in said
+    assert "Pr0xyS3cret" not in f"{said} {err!r}"
+    assert "svc" not in said
+
+
+@pytest.mark.asyncio
+async def test_an_unreachable_target_without_a_proxy_is_named_as_before() -> None:
+    port = _closed_port()
+    async with OpenAIChatClient(f"http://127.0.0.1:{port}", api_key=KEY, model="m") as client:
+        err = await _error(client)
+    assert type(err) is TransportError
+    assert str(err).startswith(f"cannot connect to http://127.0.0.1:{port}/")
+    assert "proxy" not in str(err)

@@ -538,6 +538,10 @@ class _StreamCall:
     def _send_error(self, exc: Exception) -> RafrxError:
         """The typed error for ``exc``, raised while sending, without its secrets."""
         url, secrets = self.request.safe_url, self.request.secrets
+        if isinstance(exc, aiohttp.ClientProxyConnectionError):  # (its host: the proxy's)
+            proxy = _host_and_port(exc.host, exc.port)
+            message = f"cannot connect to the proxy {proxy} (sending to {url}): {exc.os_error}"
+            return TransportError(redact(message, secrets))
         if isinstance(exc, aiohttp.ClientConnectorError):
             return TransportError(redact(f"cannot connect to {url}: {exc.os_error}", secrets))
         if isinstance(exc, TimeoutError):  # aiohttp.ServerTimeoutError too
@@ -703,6 +707,17 @@ def _expire_after(deadline: asyncio.Timeout, seconds: float | None) -> asyncio.T
         return None
     loop = asyncio.get_running_loop()
     return loop.call_later(seconds, lambda: deadline.reschedule(loop.time()))
+
+
+def _host_and_port(host: str, port: int | None) -> str:
+    """``host:port``, an IPv6 address in brackets (no user name, no password).
+
+    Example:
+        >>> _host_and_port("::1", 3128), _host_and_port("proxy.example", 8080)
+        ('[::1]:3128', 'proxy.example:8080')
+    """
+    shown = f"[{host}]" if ":" in host else host
+    return shown if port is None else f"{shown}:{port}"
 
 
 def _request_id(headers: Mapping[str, str]) -> str | None:
