@@ -246,3 +246,83 @@ async def test_an_unreachable_target_without_a_proxy_is_named_as_before() -> Non
     assert type(err) is TransportError
     assert str(err).startswith(f"cannot connect to http://127.0.0.1:{port}/")
     assert "proxy" not in str(err)
+
+
+# ---------------------------------------------------------------- 5. cuts and request ids
+
+
+ANTHROPIC_BODY = (
+    b"event: message_start\n"
+    b'data: {"type":"message_start","message":{"id":"msg_01","type":"message",'
+    b'"role":"assistant","model":"claude-x","content":[],"stop_reason":null,'
+    b'"usage":{"input_tokens":12,"output_tokens":1}}}\n\n'
+    b"event: content_block_start\n"
+    b'data: {"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}\n\n'
+    b"event: content_block_delta\n"
+    b'data: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hel"}}\n\n'
+)
+ANTHROPIC_END = b'event: message_stop\ndata: {"type":"message_stop"}\n\n'
+
+
+async def _wait_for_text(seen: list[Any]) -> None:
+    for _ in range(200):
+        if any(isinstance(x, u.TextDelta) for x in seen):
+            return
+        await asyncio.sleep(0.005)
+    raise AssertionError(f"no text came: {seen}")
+
+
+@pytest.mark.asyncio
+async def test_a_call_ended_by_the_clients_aclose_keeps_its_request_id(
+    llm_server: LLMServer,
+) -> None:
+    """What the user does: a service closes its client (``aclose()``, at shutdown) while
+    a call streams; the call ends with ``TransportError("client closed: ...")``.
+
+    What happened: its ``request_id`` is ``None``, while every other error of a request
+    that got a response (a cut connection, an idle timeout, an error event) keeps the
+    server's id: the one call the operator may want to trace with the provider has none.
+    """
+    llm_server.enqueue(
+        Fault.stall(
+            30, after_bytes=len(ANTHROPIC_BODY), body=Replay(ANTHROPIC_BODY + ANTHROPIC_END)
+        )
+    )
+    client = AnthropicClient(llm_server.url, KEY, model="claude-x")
+    done: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+    seen: list[Any] = []
+    client.stream(USER).subscribe(seen.append, done.set_result)
+    await _wait_for_text(seen)
+    await client.aclose()
+    error = await asyncio.wait_for(done, 5)
+    assert isinstance(error, TransportError), error
+    assert "client closed" in str(error)
+    assert error.request_id is not None
+    assert error.request_id.startswith("req_")
+
+
+def test_a_call_cut_by_its_event_loop_ending_keeps_its_request_id() -> None:
+    """The same for the "cancelled (its event loop ended?)" error of a call whose
+    ``asyncio.run`` returned while it streamed."""
+    errors: list[BaseException] = []
+    with LLMServer.in_thread() as server:
+        server.enqueue(
+            Fault.stall(
+                30, after_bytes=len(ANTHROPIC_BODY), body=Replay(ANTHROPIC_BODY + ANTHROPIC_END)
+            )
+        )
+
+        async def main() -> None:
+            client = AnthropicClient(server.url, KEY, model="claude-x")
+            seen: list[Any] = []
+            client.stream(USER).subscribe(seen.append, errors.append)
+            await _wait_for_text(seen)
+
+        asyncio.run(main())
+    assert len(errors) == 1, errors
+    (error,) = errors
+    assert isinstance(error, TransportError), error
+    assert "event loop ended" in str(error)
+    assert isinstance(error, RafrxError)
+    assert error.request_id is not None
+    assert error.request_id.startswith("req_")

@@ -331,7 +331,9 @@ class _StreamCall:
     def _cut_short(self, error: RafrxError) -> None:
         """End the call cut short by its client or loop: with ``error`` (after what
         the stream still owes), unless everything came and only the body's own end was
-        awaited, which the stream does not need (:meth:`_finish_body`)."""
+        awaited, which the stream does not need (:meth:`_finish_body`). The error
+        keeps the id of the response being read, if one came, as the others do."""
+        error.request_id = self.request_id
         self._end(None if self.delivered_all else self._salvaged(error))
 
     def _salvaged(self, error: RafrxError) -> Exception:
@@ -398,8 +400,8 @@ class _StreamCall:
                         # (kept by the user: the call goes with it; and no local holds it)
                         self._end(self._salvaged(let_go(err)))
                         return
-                    # The failed attempt's metadata and what its end owes: never seen.
-                    self.decoder = None
+                    # The failed attempt's metadata, what its end owes, its id: never seen.
+                    self.decoder = self.request_id = None
                     if self.held:
                         self.held.clear()
                     self._log_retry(err, attempt, delay)
