@@ -326,3 +326,58 @@ def test_a_call_cut_by_its_event_loop_ending_keeps_its_request_id() -> None:
     assert isinstance(error, RafrxError)
     assert error.request_id is not None
     assert error.request_id.startswith("req_")
+
+
+# ---------------------------------------------------------------- 6. netrc logins
+
+
+def test_a_netrc_login_without_a_password_is_no_secret(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What the user has: a ``.netrc`` entry for the proxy host with a login and no
+    password (``machine proxy.example login api``).
+
+    What happened: ``proxy_secrets`` gave ``"api"`` (and its Basic form) as a secret, so
+    every "api" in an error's message and body became ``***`` ("https://***.example.com",
+    "invalid_***_key"...): a login is no secret, and without a password there is none.
+
+    What should happen: no secret from that entry; with a password, the password and the
+    Basic credentials made of both, as before (never the login alone).
+    """
+    netrc_file = tmp_path / "netrc"
+    netrc_file.write_text("machine proxy.example login api\n")
+    netrc_file.chmod(0o600)
+    monkeypatch.setenv("NETRC", str(netrc_file))
+    assert proxy_secrets({"https": "http://proxy.example:3128"}) == ()
+    netrc_file.write_text("machine proxy.example login api password pr0xy-pw\n")
+    secrets = proxy_secrets({"https": "http://proxy.example:3128"})
+    assert "pr0xy-pw" in secrets
+    assert "api" not in secrets
+
+
+@pytest.mark.asyncio
+async def test_a_netrc_login_does_not_mangle_an_error(
+    llm_server: LLMServer, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """End to end: a proxy host whose netrc entry has the login ``invalid`` and no
+    password; the provider's 401 says "invalid_api_key": it must read so."""
+    netrc_file = tmp_path / "netrc"
+    netrc_file.write_text("machine proxy.example login invalid\n")
+    netrc_file.chmod(0o600)
+    monkeypatch.setenv("NETRC", str(netrc_file))
+    monkeypatch.setenv("HTTP_PROXY", "http://proxy.example:3128")
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+    body = {
+        "error": {
+            "message": "Incorrect API key",
+            "type": "invalid_request_error",
+            "code": "invalid_api_key",
+        }
+    }
+    llm_server.enqueue(Fault.status(401, body=body))
+    async with OpenAIChatClient(llm_server.url, api_key=KEY, model="m", trust_env=True) as c:
+        err = await _error(c)
+    assert isinstance(err, HTTPStatusError)
+    assert err.code == "invalid_api_key"
+    assert err.body is not None
+    assert "invalid_api_key" in err.body
