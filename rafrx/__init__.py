@@ -13,6 +13,7 @@ Example:
     'Hello'
 """
 
+import logging as _logging
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -88,6 +89,11 @@ if TYPE_CHECKING:
     )
 
 __version__ = "0.1.0"
+
+# rafrx's log records go where the application's logging sends them, and nowhere when
+# it configures none: not to stderr through Python's last-resort handler (the logging
+# HOWTO's "Configuring Logging for a Library").
+_logging.getLogger("rafrx").addHandler(_logging.NullHandler())
 
 # The names the response classes' annotations use, which rafrx.response imports only
 # for type checkers (content and events import it): typing.get_type_hints() (cattrs,

@@ -182,13 +182,18 @@ def proxy_secrets(proxies: Mapping[str, str] | None = None) -> tuple[str, ...]:
 
 def _netrc_secrets(host: str | None) -> tuple[str, ...]:
     """The credentials the netrc file (``$NETRC``, else ``~/.netrc``) holds for
-    ``host``: what aiohttp sends a proxy whose URL has none, with ``trust_env``."""
+    ``host``: what aiohttp sends a proxy whose URL has none, with ``trust_env``.
+
+    Its password, and the Basic credentials made of the login and it; an entry
+    without a password holds none (a login is no secret: a name like ``api``
+    taken for one would be masked in every text it shows in).
+    """
     path = os.environ.get("NETRC") or os.path.join(os.path.expanduser("~"), ".netrc")
     try:
         entry = netrc.netrc(path).authenticators(host) if host else None
     except (OSError, netrc.NetrcParseError):
         return ()
-    if entry is None:
+    if entry is None or not entry[2]:
         return ()
     login, account, password = entry
     url = URL.build(scheme="http", host=host or "", user=login or account, password=password)

@@ -7,6 +7,7 @@ import contextlib
 import json
 import re
 from collections.abc import Mapping
+from typing import Any
 
 import aiohttp
 from aiohttp.http_exceptions import (
@@ -16,6 +17,7 @@ from aiohttp.http_exceptions import (
     TransferEncodingError,
 )
 
+from rafrx._partial_json import partial_json
 from rafrx.errors import RafrxError
 
 __all__ = ["body_text", "first_line", "note_attempts", "provider_error", "why_broken"]
@@ -32,12 +34,19 @@ def body_text(data: bytes, response: aiohttp.ClientResponse) -> str:
     return data.decode("utf-8", "replace").removeprefix("\ufeff")  # a BOM (.NET / IIS)
 
 
-def provider_error(body: str) -> tuple[str | None, str | None, str | None]:
-    """The provider's error message, type and code, from the usual JSON shapes."""
-    try:
-        data = json.loads(body)
-    except (ValueError, RecursionError):  # not JSON, or nested too deeply to build
-        return None, None, None
+def provider_error(body: str, *, cut: bool = False) -> tuple[str | None, str | None, str | None]:
+    """The provider's error message, type and code, from the usual JSON shapes.
+
+    A body ``cut`` at the read limit gives what its JSON holds up to the cut: a
+    message the cut goes through comes cut short.
+
+    Example:
+        >>> provider_error('{"error": {"type": "server_error", "message": "Too lo')
+        (None, None, None)
+        >>> provider_error('{"error": {"type": "server_error", "message": "Too lo', cut=True)
+        ('Too lo', 'server_error', None)
+    """
+    data = _json_of(body, cut=cut)
     if isinstance(data, list) and data and isinstance(data[0], Mapping):
         data = data[0]  # Gemini wraps its error in a list
     if not isinstance(data, Mapping):
@@ -61,6 +70,20 @@ def provider_error(body: str) -> tuple[str | None, str | None, str | None]:
         kind if isinstance(kind, str) else None,
         code if isinstance(code, str) else None,
     )
+
+
+def _json_of(body: str, *, cut: bool) -> Any:
+    """The JSON value of ``body``, of the part of it before the cut if it was ``cut``;
+    ``None`` when it is not JSON, or is nested too deeply to build."""
+    try:
+        return json.loads(body)
+    except (ValueError, RecursionError):
+        if not cut:
+            return None
+    try:
+        return partial_json(body)
+    except (ValueError, RecursionError):
+        return None
 
 
 def first_line(text: str, limit: int = 200) -> str | None:

@@ -331,7 +331,9 @@ class _StreamCall:
     def _cut_short(self, error: RafrxError) -> None:
         """End the call cut short by its client or loop: with ``error`` (after what
         the stream still owes), unless everything came and only the body's own end was
-        awaited, which the stream does not need (:meth:`_finish_body`)."""
+        awaited, which the stream does not need (:meth:`_finish_body`). The error
+        keeps the id of the response being read, if one came, as the others do."""
+        error.request_id = self.request_id
         self._end(None if self.delivered_all else self._salvaged(error))
 
     def _salvaged(self, error: RafrxError) -> Exception:
@@ -398,10 +400,11 @@ class _StreamCall:
                         # (kept by the user: the call goes with it; and no local holds it)
                         self._end(self._salvaged(let_go(err)))
                         return
-                    # The failed attempt's metadata and what its end owes: never seen.
-                    self.decoder = None
+                    # The failed attempt's metadata, what its end owes, its id: never seen.
+                    self.decoder = self.request_id = None
                     if self.held:
                         self.held.clear()
+                    self._log_retry(err, attempt, delay)
                     await asyncio.sleep(delay)
                 except Exception as exc:
                     self._close()
@@ -422,6 +425,19 @@ class _StreamCall:
             # (the frames below: their asyncio.timeout() blocks hold the task)
             raise without_frames(cancelled) from None
 
+    def _log_retry(self, error: RafrxError, attempt: int, delay: float) -> None:
+        """Log, at INFO as openai-python does, that attempt ``attempt`` failed with
+        ``error`` and that the request goes again in ``delay`` seconds."""
+        retry = self.retry
+        _log.info(
+            "Retrying request to %s in %.2f seconds: attempt %d of %d failed (%s)",
+            redact(self.request.safe_url, self.request.secrets),
+            delay,
+            attempt,
+            attempt if retry is None else retry.max_attempts,
+            _why_retried(error),
+        )
+
     async def _attempt(self) -> None:
         self.decoder = None  # (a failed attempt's owes nothing: it was retried)
         self.request_id = None
@@ -437,8 +453,9 @@ class _StreamCall:
         except ContentTypeError:
             head = await self._head(response)
             if not sniff_event_stream(head):
-                snippet = await self._read_text(response, MAX_SNIPPET, head)
-                said = provider_error(snippet)[0]  # e.g. a server that will not stream, in JSON
+                snippet, cut = await self._read_text(response, MAX_SNIPPET, head)
+                # (e.g. a server that will not stream, in JSON)
+                said = provider_error(snippet, cut=cut)[0]
                 raise ContentTypeError(
                     f"expected Content-Type text/event-stream, got {content_type!r} "
                     f"from {self.request.safe_url}" + (f": {said}" if said else ""),
@@ -523,6 +540,10 @@ class _StreamCall:
     def _send_error(self, exc: Exception) -> RafrxError:
         """The typed error for ``exc``, raised while sending, without its secrets."""
         url, secrets = self.request.safe_url, self.request.secrets
+        if isinstance(exc, aiohttp.ClientProxyConnectionError):  # (its host: the proxy's)
+            proxy = _host_and_port(exc.host, exc.port)
+            message = f"cannot connect to the proxy {proxy} (sending to {url}): {exc.os_error}"
+            return TransportError(redact(message, secrets))
         if isinstance(exc, aiohttp.ClientConnectorError):
             return TransportError(redact(f"cannot connect to {url}: {exc.os_error}", secrets))
         if isinstance(exc, TimeoutError):  # aiohttp.ServerTimeoutError too
@@ -606,10 +627,12 @@ class _StreamCall:
 
     async def _read_text(
         self, response: aiohttp.ClientResponse, limit: int, head: bytes = b""
-    ) -> str:
-        """The body's first ``limit`` bytes (after ``head``, read already), as text."""
+    ) -> tuple[str, bool]:
+        """The body's first ``limit`` bytes (after ``head``, read already), as text, and
+        whether the body may go on after them: it was cut there."""
         data = await self._read(response, head, lambda data: len(data) < limit)
-        return redact_cut(body_text(data[:limit], response), self.request.secrets)
+        text = redact_cut(body_text(data[:limit], response), self.request.secrets)
+        return text, len(data) >= limit
 
     async def _read(
         self, response: aiohttp.ClientResponse, head: bytes, more: Callable[[bytearray], bool]
@@ -629,12 +652,12 @@ class _StreamCall:
         return bytes(data)
 
     async def _status_error(self, response: aiohttp.ClientResponse) -> HTTPStatusError:
-        body = await self._read_text(response, MAX_ERROR_BODY)
+        body, cut = await self._read_text(response, MAX_ERROR_BODY)
         self._release()
         headers: CIMultiDictProxy[str] = response.headers
         if response.status < 400:
             return HTTPStatusError(response.status, body=body, message=self._redirect(response))
-        message, error_type, code = provider_error(body)
+        message, error_type, code = provider_error(body, cut=cut)
         reason = None
         if message is None and response.content_type == "text/plain":
             reason = first_line(body)  # a gateway's or a proxy's reason, in words
@@ -672,6 +695,12 @@ class _StreamCall:
         return redact(message, request.secrets)
 
 
+def _why_retried(error: RafrxError) -> str:
+    """Why an attempt failed, in words that hold nothing the server chose: its
+    status, else its class (``HTTP 429``, ``TransportError``)."""
+    return type(error).__name__ if error.status is None else f"HTTP {error.status}"
+
+
 def _expire_after(deadline: asyncio.Timeout, seconds: float | None) -> asyncio.TimerHandle | None:
     """Make ``deadline`` expire ``seconds`` from now, one loop iteration late: headers
     that came in time while the loop was busy elsewhere wake their task first (an
@@ -680,6 +709,17 @@ def _expire_after(deadline: asyncio.Timeout, seconds: float | None) -> asyncio.T
         return None
     loop = asyncio.get_running_loop()
     return loop.call_later(seconds, lambda: deadline.reschedule(loop.time()))
+
+
+def _host_and_port(host: str, port: int | None) -> str:
+    """``host:port``, an IPv6 address in brackets (no user name, no password).
+
+    Example:
+        >>> _host_and_port("::1", 3128), _host_and_port("proxy.example", 8080)
+        ('[::1]:3128', 'proxy.example:8080')
+    """
+    shown = f"[{host}]" if ":" in host else host
+    return shown if port is None else f"{shown}:{port}"
 
 
 def _request_id(headers: Mapping[str, str]) -> str | None:

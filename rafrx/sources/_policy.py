@@ -58,6 +58,8 @@ class RetryPolicy:
     ``max_retry_after`` seconds (``inf`` included) is not retried. When it
     gives up, the stream ends with the last attempt's error, whose
     ``attempts`` says how many were made (and its message, "(after N attempts)").
+    Each retry is logged at INFO on the ``rafrx.sources._http`` logger: which
+    attempt failed, its status or error class, and the delay.
 
     Example:
         >>> from rafrx.errors import HTTPStatusError
