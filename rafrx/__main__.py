@@ -23,12 +23,13 @@ import argparse
 import asyncio
 import contextlib
 import json
+import logging
 import os
 import select
 import signal
 import sys
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -564,6 +565,31 @@ def _complain(line: str) -> None:
     print(inert(line), file=sys.stderr)
 
 
+class _StderrWarnings(logging.Handler):
+    """rafrx's warnings on stderr, one inert line each (they may quote a provider)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        _complain(f"rafrx: {record.levelname.lower()}: {record.getMessage()}")
+
+
+@contextlib.contextmanager
+def _warnings_shown() -> Iterator[None]:
+    """Show rafrx's warnings on stderr while the command runs, unless the program
+    configured logging itself: the library's loggers only have a ``NullHandler``."""
+    if logging.getLogger().handlers:
+        yield
+        return
+    logger, handler = logging.getLogger("rafrx"), _StderrWarnings()
+    logger.addHandler(handler)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``rafrx`` command line; returns the exit status."""
     with contextlib.suppress(AttributeError, ValueError):
@@ -571,6 +597,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     with contextlib.suppress(AttributeError, ValueError):  # bytes typed in another encoding
         sys.stdin.reconfigure(errors="replace")  # type: ignore[union-attr]
     args = build_parser().parse_args(argv)
+    with _warnings_shown():
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
+    """Run the parsed command, turning its failures into a line on stderr and a status."""
     try:
         return int(asyncio.run(_COMMANDS[args.command](args)))
     except _Fail as exc:

@@ -30,7 +30,8 @@ from rafrx.notebook import LiveState
 from rafrx.notebook._format import human_size
 from rafrx.response import AgentResponse, AgentResponseResult
 from rafrx.terminal import TerminalRenderer
-from rafrx.testing import LLMServer, RecordedRequest
+from rafrx.testing import Fault, LLMServer, RecordedRequest
+from tests.test_cli import run
 
 FIXTURES = Path(__file__).parent / "data" / "fixtures"
 
@@ -231,3 +232,20 @@ def test_live_state_asdict_and_evolve_see_the_deltas_not_yet_joined() -> None:
     state.add(AgentResponseResult(contents=[c.ReasoningContent("Hmm")]))
     state.add(AgentResponseResult(contents=[c.ReasoningContent(".")]))
     assert attrs.astuple(state)[0] == [["text", "Hello there!"], ["reasoning", "Hmm."]]
+
+
+def test_cli_shows_rafrx_warnings_on_stderr() -> None:
+    """The library's loggers have only a NullHandler: the CLI, an application, shows
+    their warnings itself (here: an event stream sent as text/plain, decoded anyway)."""
+    body = (
+        b'data: {"id":"c1","object":"chat.completion.chunk","created":1,"model":"m",'
+        b'"choices":[{"index":0,"delta":{"content":"sniffed"},"finish_reason":"stop"}]}\n\n'
+        b"data: [DONE]\n\n"
+    )
+    with LLMServer.in_thread() as server:
+        server.enqueue(Fault.wrong_content_type("text/plain", body=body))
+        result = run("chat", "--base-url", server.url, "--model", "m", "--plain", stdin="hi\n")
+    assert result.returncode == 0, result.stderr
+    assert "sniffed" in result.stdout
+    assert "rafrx: warning:" in result.stderr
+    assert "sent an event stream as Content-Type 'text/plain'" in result.stderr
