@@ -31,6 +31,7 @@ from typing import Any, final
 import attrs
 
 from rafrx._slot_init import slot_init
+from rafrx.errors import InvalidToolArguments, invalid_arguments
 from rafrx.response import FinishReason, Usage
 
 __all__ = [
@@ -193,6 +194,20 @@ class ToolCallingContent(_HtmlRepr):
     raw_arguments: str = ""
     error: str | None = None
     meta: ResponseMetadata = _meta()
+
+    @property
+    def invalid_arguments(self) -> InvalidToolArguments | None:
+        """The call's failure as an :class:`~rafrx.errors.InvalidToolArguments`
+        (``call_id``, ``raw``) when its arguments did not parse, else ``None``.
+
+        Example:
+            >>> bad = ToolCallingContent("c1", "f", None, '{"a": ', error="invalid JSON")
+            >>> bad.invalid_arguments.raw, ToolCallingContent("c2", "f", {}).invalid_arguments
+            ('{"a": ', None)
+        """
+        if self.error is None:
+            return None
+        return invalid_arguments(self.call_id, self.name, self.error, self.raw_arguments)
 
 
 def _cut_short(content: ToolCallIncompleteContent) -> str:

@@ -284,7 +284,45 @@ class ToolNotFound(ToolError):
 
 
 class InvalidToolArguments(ToolError):
-    """A tool call's arguments are not valid JSON or fail validation."""
+    """A tool call's arguments are not valid JSON or fail validation.
+
+    Scoped to that one call: the response's text and its other calls stand.
+    :attr:`ToolCallingContent.invalid_arguments
+    <rafrx.content.ToolCallingContent.invalid_arguments>` and
+    :attr:`ToolCall.invalid_arguments <rafrx.messages.ToolCall.invalid_arguments>`
+    give it for a call whose arguments did not parse, so the caller can repair
+    them or ask the model again.
+
+    Attributes:
+        call_id: The call's id, when known.
+        name: The tool's name, when known.
+        raw: The arguments exactly as the model sent them (clipped), when
+            they did not parse; never in the message or the ``repr``.
+
+    Example:
+        >>> err = InvalidToolArguments("invalid arguments for tool 'f': bad JSON",
+        ...                            call_id="c1", name="f", raw='{"a": ')
+        >>> err.call_id, err.raw, err
+        ('c1', '{"a": ', InvalidToolArguments("invalid arguments for tool 'f': bad JSON"))
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        call_id: str | None = None,
+        name: str | None = None,
+        raw: str | None = None,
+    ) -> None:
+        super().__init__(message, call_id=call_id, name=name)
+        self.raw = _clip(raw)
+
+
+def invalid_arguments(call_id: str, name: str, why: str, raw: str | None) -> InvalidToolArguments:
+    """The error of a call whose arguments did not parse (``why``: the parse error)."""
+    return InvalidToolArguments(
+        f"invalid arguments for tool {name!r}: {why}", call_id=call_id, name=name, raw=raw
+    )
 
 
 class ToolTimeout(ToolError):

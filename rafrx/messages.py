@@ -29,6 +29,7 @@ from typing import Any, Final, final
 import attrs
 
 from rafrx._finite import finite, is_strict_json, strict_dumps
+from rafrx.errors import InvalidToolArguments, invalid_arguments
 
 __all__ = [
     "ANTHROPIC_THINKING",
@@ -125,6 +126,20 @@ class ToolCall:
     error: str | None = attrs.field(default=None, kw_only=True)
     complete: bool = attrs.field(default=True, kw_only=True)
     partial_value: Any = attrs.field(default=None, kw_only=True)
+
+    @property
+    def invalid_arguments(self) -> InvalidToolArguments | None:
+        """The call's failure as an :class:`~rafrx.errors.InvalidToolArguments`
+        (``call_id``, ``raw``) when it is complete but its arguments did not
+        parse; ``None`` otherwise (a call cut short says so in ``error``).
+
+        Example:
+            >>> ToolCall("c1", "f", None, raw_arguments="{oops", error="bad JSON").invalid_arguments
+            InvalidToolArguments("invalid arguments for tool 'f': bad JSON")
+        """
+        if self.error is None or not self.complete:
+            return None
+        return invalid_arguments(self.id, self.name, self.error, self.raw_arguments)
 
     def to_dict(self) -> dict[str, Any]:
         """Every field as a JSON-ready dict (NaN and the infinities as ``None``);

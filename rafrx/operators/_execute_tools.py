@@ -17,7 +17,6 @@ from rafrx._cycles import without_frames
 from rafrx._redaction import redact
 from rafrx.content import ReasoningContent, ToolCalledContent, ToolCallingContent
 from rafrx.errors import (
-    InvalidToolArguments,
     ToolApprovalDenied,
     ToolError,
     ToolNotFound,
@@ -335,10 +334,9 @@ class _Runner:
             if tool is None:
                 offered = ", ".join(sorted(self.tools)) or "none"
                 raise ToolNotFound(f"unknown tool {call.name!r} (available: {offered})")
-            if call.error is not None:
-                raise InvalidToolArguments(
-                    f"invalid arguments for tool {call.name!r}: {call.error}"
-                )
+            invalid = call.invalid_arguments
+            if invalid is not None:
+                raise invalid
             tool.validate(call.arguments)  # fail before asking anyone to approve
             if tool.requires_approval:
                 await self.approve(tool, call, result)
