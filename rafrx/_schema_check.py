@@ -206,7 +206,8 @@ def _check_branches(
     branches: Sequence[Any], value: Any, path: str, *, exactly_one: bool
 ) -> str | None:
     """How ``value`` breaks ``anyOf`` (no branch fits) or ``oneOf`` (``exactly_one``:
-    no branch, or several, fit), or ``None``.
+    no branch, or several, fit), or ``None``. No value fits an empty list of branches
+    (which JSON Schema does not allow: the tool's schema is at fault, and says so).
 
     Several fitting ``oneOf`` branches are an error only where this check is sure of
     each fit: a branch with a keyword it does not check (a ``$ref``, ``not``) may
@@ -218,10 +219,18 @@ def _check_branches(
         True
         >>> _check_branches(number_or_integer, 2, "n", exactly_one=True)
         "argument 'n': expected exactly one oneOf branch to match, but several matched (branches 0, 1), got integer 2"
+        >>> _check_branches([], 2, "n", exactly_one=False)
+        "argument 'n': no value matches the schema's empty anyOf (a schema error: anyOf needs a branch)"
     """  # noqa: E501
+    if not branches:
+        keyword = "oneOf" if exactly_one else "anyOf"
+        return (
+            f"{_where(path)}no value matches the schema's empty {keyword} "
+            f"(a schema error: {keyword} needs a branch)"
+        )
     errors = [check(branch, value, path) for branch in branches]
     fitting = [i for i, error in enumerate(errors) if error is None]
-    if not fitting and errors:
+    if not fitting:
         # a branch of the value's own type explains best (not "expected null")
         near = [e for b, e in zip(branches, errors, strict=True) if e and _same_type(b, value)]
         return near[0] if len(near) == 1 else " or ".join(e for e in errors if e)

@@ -97,3 +97,28 @@ def test_a_call_cut_short_is_no_invalid_arguments_error() -> None:
     assert call.complete is False
     assert call.error is not None
     assert call.invalid_arguments is None
+
+
+# ---------------------------------------------------------------- empty anyOf / oneOf
+
+
+@pytest.mark.parametrize("keyword", ["anyOf", "oneOf"])
+def test_an_empty_any_of_or_one_of_matches_no_value(keyword: str) -> None:
+    """JSON Schema: anyOf/oneOf must be non-empty, and no value satisfies an empty one.
+    The check let every value through an empty list of branches, so a call ran with
+    arguments its (broken) schema cannot accept."""
+
+    def pick(choice: object) -> object:
+        return choice
+
+    schema = {
+        "type": "object",
+        "properties": {"choice": {keyword: []}},
+        "required": ["choice"],
+    }
+    picker = rafrx.Tool("pick", "Pick.", schema, pick)
+    with pytest.raises(rafrx.InvalidToolArguments, match=f"empty {keyword}"):
+        picker.validate({"choice": 1})
+    whole = rafrx.Tool("whole", "Whole.", {"type": "object", keyword: []}, pick)
+    with pytest.raises(rafrx.InvalidToolArguments, match=f"empty {keyword}"):
+        whole.validate({})
