@@ -11,8 +11,18 @@ from typing import Any
 
 import pytest
 
+from rafrx import collect_agent_response
+from rafrx import operators as ops
+from rafrx import updates as u
+from rafrx.errors import IncompleteStream, MalformedEvent
 from rafrx.messages import ChatMessage
+from rafrx.response import FinishReason
+from rafrx.sources import from_sse
 from rafrx.sources.clients import LLMClient, ToolLike
+from rafrx.sources.dialects import DIALECTS
+from rafrx.sources.dialects._common import load_object
+from rafrx.sse import ServerSentEvent
+from rafrx.testing import LLMServer, Replay
 
 
 class _NoDialect(LLMClient):
@@ -62,3 +72,104 @@ class _ByProperty(_Concrete):
 def test_a_dialect_set_by_a_subclass_or_a_property_is_accepted() -> None:
     assert _Concrete("http://127.0.0.1:1").dialect == "openai-chat"
     assert _ByProperty("http://127.0.0.1:1").dialect == "anthropic"
+
+
+class _FailingDialect:
+    """A dialect of one's own (``{"text": ...}`` events, ``{"end": true}`` ends) with a
+    bug: its third event raises a ``ValueError``."""
+
+    def __init__(self) -> None:
+        self._done = False
+        self._seen = 0
+
+    @property
+    def done(self) -> bool:
+        return self._done
+
+    def feed(self, event: ServerSentEvent) -> list[u.AgentResponseUpdate]:
+        self._seen += 1
+        if self._seen == 3:
+            raise ValueError("cannot read the third event")
+        data = load_object(event)
+        if data.get("end"):
+            self._done = True
+            return [u.Finish(FinishReason.STOP)]
+        return [u.TextDelta(str(data["text"]))]
+
+    def close(self) -> list[u.AgentResponseUpdate]:
+        if not self._done:
+            raise IncompleteStream("no end event")
+        return []
+
+
+_THREE_EVENTS = b'data: {"text": "a"}\n\ndata: {"text": "b"}\n\ndata: {"text": "c"}\n\n'
+
+
+def test_a_dialect_raising_mid_chunk_keeps_the_updates_before_it() -> None:
+    """A dialect that raises another library's exception (here ``ValueError``) on the
+    third event of a chunk: the updates of the first two were dropped
+    (``UpdateDecoder.feed`` kept the updates made before a failing event only for a
+    ``RafrxError``) and the stream failed with the bare ``ValueError``, not one of
+    rafrx's typed errors. As for a dialect's own ``MalformedEvent``, the updates
+    come first, then the failure, as a ``MalformedEvent`` (the event could not be
+    read) keeping the event's data, caused by the dialect's exception."""
+    seen: list[u.AgentResponseUpdate] = []
+    errors: list[Exception] = []
+    from_sse(_THREE_EVENTS + b'data: {"end": true}\n\n', _FailingDialect).subscribe(
+        seen.append, errors.append
+    )
+    assert seen == [u.TextDelta("a"), u.TextDelta("b")]
+    (error,) = errors
+    assert isinstance(error, MalformedEvent)
+    assert isinstance(error.__cause__, ValueError)
+    assert "cannot read the third event" in str(error)
+    assert error.raw == '{"text": "c"}'
+
+
+def test_the_error_of_a_dialect_raising_mid_chunk_has_the_text_before_it() -> None:
+    with pytest.raises(MalformedEvent) as info:
+        from_sse(_THREE_EVENTS, _FailingDialect).pipe(ops.convert(), ops.aggregate()).run()
+    assert info.value.partial is not None
+    assert info.value.partial.text == "ab"
+
+
+def test_a_dialect_raising_on_a_chunk_of_one_event_fails_typed() -> None:
+    """The same failure in a chunk of its own (the decoder's fast path)."""
+    chunks = [b'data: {"text": "a"}\n\n', b'data: {"text": "b"}\n\n', b'data: {"x": 1}\n\n']
+    seen: list[u.AgentResponseUpdate] = []
+    errors: list[Exception] = []
+    from_sse(chunks, _FailingDialect).subscribe(seen.append, errors.append)
+    assert seen == [u.TextDelta("a"), u.TextDelta("b")]
+    (error,) = errors
+    assert isinstance(error, MalformedEvent)
+    assert isinstance(error.__cause__, ValueError)
+
+
+class _FailingDialectClient(LLMClient):
+    dialect = "session10-failing"
+    endpoint = "chat/completions"
+    default_model = "m"
+
+    def _payload(
+        self, messages: Sequence[ChatMessage], tools: Sequence[ToolLike]
+    ) -> dict[str, Any]:
+        return {"model": self.model}
+
+
+@pytest.mark.asyncio
+async def test_a_client_with_a_dialect_raising_mid_stream_fails_typed_with_the_text_before(
+    llm_server: LLMServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same dialect registered for a client of one's own: the call failed with
+    the bare ``ValueError`` (no ``.partial``: ``aggregate()`` sets it on a
+    ``RafrxError`` only), the text of the events before it lost."""
+    monkeypatch.setitem(DIALECTS, "session10-failing", _FailingDialect)
+    llm_server.enqueue(Replay(_THREE_EVENTS))
+    async with _FailingDialectClient(llm_server.url) as client:
+        with pytest.raises(MalformedEvent) as info:
+            await collect_agent_response(
+                client.stream([ChatMessage.user("Hi")]).pipe(ops.convert())
+            )
+    assert isinstance(info.value.__cause__, ValueError)
+    assert info.value.partial is not None
+    assert info.value.partial.text == "ab"
