@@ -7,14 +7,16 @@ Each failed on the commit before its fix, for the reason its docstring gives.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
+import reactivex
 
-from rafrx import collect_agent_response
+from rafrx import Agent, collect_agent_response
 from rafrx import operators as ops
 from rafrx import updates as u
-from rafrx.errors import IncompleteStream, MalformedEvent
+from rafrx.errors import HTTPStatusError, IncompleteStream, MalformedEvent, TransportError
 from rafrx.messages import ChatMessage
 from rafrx.response import FinishReason
 from rafrx.sources import from_sse
@@ -173,3 +175,66 @@ async def test_a_client_with_a_dialect_raising_mid_stream_fails_typed_with_the_t
     assert isinstance(info.value.__cause__, ValueError)
     assert info.value.partial is not None
     assert info.value.partial.text == "ab"
+
+
+class _SDKStatusError(Exception):
+    """An SDK's status error (openai-python's ``APIStatusError`` shape)."""
+
+    def __init__(self, message: str, status_code: int, headers: dict[str, str]) -> None:
+        super().__init__(message)
+        self.status_code = status_code
+        self.response = SimpleNamespace(status_code=status_code, headers=headers)
+
+
+class _HTTPXLikeError(Exception):
+    """``httpx.HTTPStatusError``'s shape: the status on its ``response`` only."""
+
+    def __init__(self, message: str, status_code: int) -> None:
+        super().__init__(message)
+        self.response = SimpleNamespace(status_code=status_code, headers={})
+
+
+class _WrappingClient:
+    """A ChatClient of one's own wrapping another library's stream, which fails."""
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+    def stream(self, messages: Any, tools: Any = None) -> reactivex.Observable[Any]:
+        return reactivex.concat(reactivex.of(u.TextDelta("Hel")), reactivex.throw(self.error))
+
+
+@pytest.mark.asyncio
+async def test_a_wrapping_clients_rate_limit_error_is_the_http_status_error_of_its_status() -> None:
+    """A client wrapping an SDK whose error says HTTP 429 ended the turn with a
+    non-retryable ``TransportError`` ("the client failed: ..."): its status, and that
+    the request may be sent again (after ``Retry-After``), were lost. rafrx's own
+    client raises ``HTTPStatusError(429)``, retryable, with ``retry_after``: the
+    foreign error becomes that, caused by it."""
+    sdk_error = _SDKStatusError(
+        "Rate limit reached", 429, {"retry-after": "3", "x-request-id": "req_1"}
+    )
+    with pytest.raises(HTTPStatusError) as info:
+        await Agent(_WrappingClient(sdk_error)).send("Hi")
+    error = info.value
+    assert (error.status, error.retryable, error.retry_after) == (429, True, 3.0)
+    assert error.request_id == "req_1"
+    assert error.__cause__ is sdk_error
+    assert "Rate limit reached" in str(error)
+    assert error.partial is not None
+    assert error.partial.text == "Hel"
+
+
+@pytest.mark.asyncio
+async def test_a_status_on_the_foreign_errors_response_is_read_too() -> None:
+    with pytest.raises(HTTPStatusError) as info:
+        await Agent(_WrappingClient(_HTTPXLikeError("Server error", 503))).send("Hi")
+    assert (info.value.status, info.value.retryable) == (503, True)
+
+
+@pytest.mark.asyncio
+async def test_a_foreign_error_without_an_http_status_is_still_a_transport_error() -> None:
+    with pytest.raises(TransportError) as info:
+        await Agent(_WrappingClient(ConnectionResetError("peer reset"))).send("Hi")
+    assert not isinstance(info.value, HTTPStatusError)
+    assert not info.value.retryable
