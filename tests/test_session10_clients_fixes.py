@@ -16,15 +16,22 @@ import reactivex
 from rafrx import Agent, collect_agent_response
 from rafrx import operators as ops
 from rafrx import updates as u
-from rafrx.errors import HTTPStatusError, IncompleteStream, MalformedEvent, TransportError
+from rafrx.errors import (
+    HTTPStatusError,
+    IncompleteStream,
+    MalformedEvent,
+    RafrxError,
+    TransportError,
+)
 from rafrx.messages import ChatMessage
 from rafrx.response import FinishReason
-from rafrx.sources import from_sse
+from rafrx.sources import UpdateDecoder, from_sse
 from rafrx.sources.clients import LLMClient, ToolLike
 from rafrx.sources.dialects import DIALECTS
 from rafrx.sources.dialects._common import load_object
 from rafrx.sse import ServerSentEvent
 from rafrx.testing import LLMServer, Replay
+from tests.reliability.test_failure_cycles import Seen, assert_freed, gc_off
 
 
 class _NoDialect(LLMClient):
@@ -76,6 +83,10 @@ def test_a_dialect_set_by_a_subclass_or_a_property_is_accepted() -> None:
     assert _ByProperty("http://127.0.0.1:1").dialect == "anthropic"
 
 
+class _DialectBug(ValueError):
+    """The dialect's own exception (a ValueError; unlike one, weakly referable)."""
+
+
 class _FailingDialect:
     """A dialect of one's own (``{"text": ...}`` events, ``{"end": true}`` ends) with a
     bug: its third event raises a ``ValueError``."""
@@ -91,7 +102,7 @@ class _FailingDialect:
     def feed(self, event: ServerSentEvent) -> list[u.AgentResponseUpdate]:
         self._seen += 1
         if self._seen == 3:
-            raise ValueError("cannot read the third event")
+            raise _DialectBug("cannot read the third event")
         data = load_object(event)
         if data.get("end"):
             self._done = True
@@ -238,3 +249,53 @@ async def test_a_foreign_error_without_an_http_status_is_still_a_transport_error
         await Agent(_WrappingClient(ConnectionResetError("peer reset"))).send("Hi")
     assert not isinstance(info.value, HTTPStatusError)
     assert not info.value.retryable
+
+
+def _fail_decoding(chunks: list[bytes]) -> Seen:
+    seen = Seen()
+    decoder = UpdateDecoder(_FailingDialect)
+    try:
+        for chunk in chunks:
+            decoder.feed(chunk)
+        decoder.close()
+    except RafrxError as error:
+        seen.caught(error)
+    return seen
+
+
+_A, _B = b'data: {"text": "a"}\n\n', b'data: {"text": "b"}\n\n'
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize(
+    "chunks",
+    [[_THREE_EVENTS], [_A, _B, _A + _B], [_A + _B]],
+    ids=["kept-by-feed", "raised-by-feed", "raised-by-close"],
+)
+async def test_a_dialect_failing_with_another_exception_is_freed_without_the_gc(
+    chunks: list[bytes],
+) -> None:
+    """The typed error, and the dialect's exception it was caused by, hold no frame of
+    the decoder: dropped, they die by reference counting (as a RafrxError of the
+    dialect does, tests/reliability/test_failure_cycles.py)."""
+    async with gc_off():
+        seen = _fail_decoding(chunks)
+        assert seen.error_type in (MalformedEvent, IncompleteStream)
+        assert_freed(seen.refs)
+
+
+@pytest.mark.asyncio
+async def test_a_dialect_failing_on_a_chunk_of_its_own_is_freed_without_the_gc() -> None:
+    async with gc_off():
+        seen = Seen()
+        decoder = UpdateDecoder(_FailingDialect)
+        decoder.feed(b'data: {"text": "a"}\n\n')
+        decoder.feed(b'data: {"text": "b"}\n\n')
+        try:
+            decoder.feed(b'data: {"text": "c"}\n\n')
+        except MalformedEvent as error:
+            seen.caught(error)
+        del decoder
+        assert seen.error_type is MalformedEvent
+        assert "error.__cause__" in seen.refs
+        assert_freed(seen.refs)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import re
+import traceback
 from types import TracebackType
 
 from rafrx._cycles import detached
@@ -150,15 +151,15 @@ class UpdateDecoder:
         for event in events:
             try:
                 out += feed(event)
-            except Exception as err:
-                error = err if isinstance(err, RafrxError) else _dialect_failed(event, err)
+            except RafrxError as err:
                 if not out:
-                    if error is err:
-                        raise
-                    raise error from err.with_traceback(_below(err))
-                self._error = detached(error)  # (err's traceback holds this decoder)
-                if error is not err:  # (the cause, without this frame: see _below)
-                    self._error.__cause__ = err.with_traceback(_below(err))
+                    raise
+                self._error = detached(err)  # (err's traceback holds this decoder)
+                return out
+            except Exception as err:  # (a dialect of one's own failed: typed, caused by it)
+                if not out:
+                    raise _dialect_failed(event, err) from err.with_traceback(_below(err))
+                self._error = _kept_failure(event, err)
                 return out
             if dialect.done:
                 return out  # whatever follows the terminal marker is ignored
@@ -249,6 +250,25 @@ def _dialect_failed(event: ServerSentEvent, error: Exception) -> MalformedEvent:
         raw=event.data,
         event_name=event.event,
     )
+
+
+def _kept_failure(event: ServerSentEvent, error: Exception) -> MalformedEvent:
+    """:func:`_dialect_failed` to keep (and raise later), caused by ``error`` without
+    the frames of the exceptions of its chain (each dialect frame leads back to the
+    decoder that keeps it); the dialect's traceback goes in a note instead."""
+    below = _below(error)
+    if below is not None:
+        trace = "".join(traceback.format_tb(below))
+        error.add_note(f"the dialect's traceback (most recent call last):\n{trace}")
+    chain: BaseException | None = error
+    for _ in range(16):  # (a chain of its own making: bounded)
+        if chain is None:
+            break
+        chain.__traceback__ = None
+        chain = chain.__cause__ or chain.__context__
+    failed = _dialect_failed(event, error)
+    failed.__cause__ = error
+    return failed
 
 
 def _below(error: Exception) -> TracebackType | None:
