@@ -53,7 +53,13 @@ from reactivex.disposable import Disposable, SingleAssignmentDisposable
 
 from rafrx._call import call_on
 from rafrx._cycles import Outcome, let_go
-from rafrx.errors import MaxStepsExceeded, RafrxError, TransportError, error_text
+from rafrx.errors import (
+    HTTPStatusError,
+    MaxStepsExceeded,
+    RafrxError,
+    TransportError,
+    error_text,
+)
 from rafrx.history import ContextProvider, HistoryProvider
 from rafrx.messages import (
     ChatMessage,
@@ -68,6 +74,7 @@ from rafrx.operators import convert
 from rafrx.operators._aggregate import ResponseAggregator, collect_agent_response
 from rafrx.operators._execute_tools import Approver, clip, execute_tools, tool_table
 from rafrx.response import AgentResponse, AgentResponseResult, FinishReason
+from rafrx.sources._policy import parse_retry_after
 from rafrx.tools import Tool, as_tool
 from rafrx.typing import Operator
 from rafrx.updates import ToolCalled, Update
@@ -331,12 +338,14 @@ class Agent:
 
         Errors: the client's errors end the turn (nothing is saved), as
         :class:`~rafrx.errors.RafrxError` (another library's error, from a
-        client wrapping its stream, as a :class:`~rafrx.errors.TransportError`
-        caused by it); :class:`~rafrx.errors.MaxStepsExceeded` after
-        ``max_steps`` LLM calls that all called tools. Both carry ``.partial``. A turn that
-        ends filtered (``FinishReason.CONTENT_FILTER``) or that the server
-        ended with an error (``FinishReason.ERROR``: ``finish_reason:
-        "error"``) completes, but is not saved either.
+        client wrapping its stream, caused by it: as the
+        :class:`~rafrx.errors.HTTPStatusError` of the HTTP error status it
+        carries, if any, else as a :class:`~rafrx.errors.TransportError`);
+        :class:`~rafrx.errors.MaxStepsExceeded` after ``max_steps`` LLM calls
+        that all called tools. Both carry ``.partial``. A turn that ends
+        filtered (``FinishReason.CONTENT_FILTER``) or that the server ended
+        with an error (``FinishReason.ERROR``: ``finish_reason: "error"``)
+        completes, but is not saved either.
         """
         new_input = _as_input(message_or_messages)
 
@@ -492,8 +501,10 @@ def _log_failed_save(saving: asyncio.Future[None]) -> None:
 
 def _client_error(error: Exception) -> RafrxError:
     """A client's error as a :class:`~rafrx.errors.RafrxError`, which carries the turn's
-    ``.partial``: one of another library (a client wrapping its stream) becomes a
-    :class:`~rafrx.errors.TransportError` caused by it.
+    ``.partial``. One of another library (a client wrapping its stream) is caused by
+    it: an :class:`~rafrx.errors.HTTPStatusError` of the HTTP error status it carries
+    (an SDK's status error, ``httpx.HTTPStatusError``: see :func:`_http_status`), as
+    rafrx's clients raise for that status; else a :class:`~rafrx.errors.TransportError`.
 
     Example:
         >>> _client_error(ConnectionResetError("peer reset"))
@@ -501,11 +512,64 @@ def _client_error(error: Exception) -> RafrxError:
     """
     if isinstance(error, RafrxError):
         return error
-    failed = TransportError(
-        f"the client failed: {type(error).__name__}: {error_text(error)}", retryable=False
-    )
+    said = f"the client failed: {type(error).__name__}: {error_text(error)}"
+    status = _http_status(error)
+    failed: RafrxError
+    if status is None:
+        failed = TransportError(said, retryable=False)
+    else:
+        headers = _foreign_headers(error)
+        failed = HTTPStatusError(
+            status,
+            message=f"HTTP {status}: {said}",
+            retry_after=parse_retry_after(headers),
+            request_id=headers.get("x-request-id") or headers.get("request-id"),
+        )
     failed.__cause__ = error
     return failed
+
+
+def _http_status(error: Exception) -> int | None:
+    """The HTTP error status (400-599) another library's error carries, read as the
+    libraries keep it: ``status_code`` (an SDK's status error), ``status``
+    (aiohttp's), or either on its ``response`` (``httpx.HTTPStatusError``).
+
+    Example:
+        >>> class SDKError(Exception):
+        ...     status_code = 429
+        >>> _http_status(SDKError("slow down")), _http_status(ValueError("no status"))
+        (429, None)
+    """
+    for holder in (error, _attribute(error, "response")):
+        for name in ("status_code", "status"):
+            status = _attribute(holder, name)
+            if isinstance(status, int) and not isinstance(status, bool) and 400 <= status < 600:
+                return int(status)  # (an IntEnum's value: HTTPStatus.TOO_MANY_REQUESTS)
+    return None
+
+
+def _foreign_headers(error: Exception) -> dict[str, str]:
+    """The response headers another library's error carries (its ``headers``, or its
+    ``response``'s), names in lower case; none when it has no mapping of them."""
+    for holder in (error, _attribute(error, "response")):
+        headers = _attribute(holder, "headers")
+        if isinstance(headers, Mapping):
+            try:
+                return {str(k).lower(): str(v) for k, v in headers.items()}
+            except Exception:  # (a mapping of another library's: it may fail)
+                return {}
+    return {}
+
+
+def _attribute(holder: Any, name: str) -> Any:
+    """``holder.name``, or ``None`` when it has none or reading it raises (httpx's
+    ``request`` of an error made without one raises ``RuntimeError``)."""
+    if holder is None:
+        return None
+    try:
+        return getattr(holder, name, None)
+    except Exception:
+        return None
 
 
 def _takes_tool_choice(stream: Callable[..., Any]) -> bool:

@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import json
 import re
+import traceback
+from types import TracebackType
 
 from rafrx._cycles import detached
-from rafrx.errors import IncompleteStream, RafrxError
+from rafrx.errors import IncompleteStream, MalformedEvent, RafrxError, error_text
 from rafrx.sources.dialects import DialectFactory, get_dialect
 from rafrx.sources.dialects._common import error_event
 from rafrx.sse import DEFAULT_MAX_EVENT_BYTES, DEFAULT_MAX_LINE_BYTES, ServerSentEvent, SSEDecoder
@@ -41,8 +43,10 @@ class UpdateDecoder:
     is true and call :meth:`close` (which raises the stream's error, if any).
 
     When an event fails (a :class:`~rafrx.errors.ProviderError` or
-    :class:`~rafrx.errors.MalformedEvent` from the dialect), or a line or an
-    event exceeds its limit (:class:`~rafrx.errors.LimitExceeded`), after
+    :class:`~rafrx.errors.MalformedEvent` from the dialect; another exception
+    raised by a dialect of one's own becomes a ``MalformedEvent`` caused by it,
+    keeping the event's data), or a line or an event exceeds its limit
+    (:class:`~rafrx.errors.LimitExceeded`), after
     other events of the same chunk produced updates, :meth:`feed` returns
     those updates first and keeps the error: :attr:`done` becomes true and
     the next :meth:`feed` or :meth:`close` raises it. So nothing received
@@ -123,10 +127,11 @@ class UpdateDecoder:
 
         Raises:
             RafrxError: ``LimitExceeded`` from the SSE decoder, or the
-                dialect's ``ProviderError`` / ``MalformedEvent``.
+                dialect's ``ProviderError`` / ``MalformedEvent`` (which its
+                exception of another kind becomes).
         """
         if self._error is not None:
-            raise detached(self._error)
+            raise _again(self._error)
         dialect = self._dialect
         if dialect.done:
             return []
@@ -135,7 +140,12 @@ class UpdateDecoder:
         if self._head is not None:
             self._keep_head(chunk, events)
         if len(events) == 1 and sse.error is None:  # a live stream's usual read
-            return dialect.feed(events[0])
+            try:
+                return dialect.feed(events[0])
+            except RafrxError:
+                raise
+            except Exception as err:  # (a dialect of one's own failed: typed, caused by it)
+                raise _dialect_failed(events[0], err) from err.with_traceback(_below(err))
         out: list[AgentResponseUpdate] = []
         feed = dialect.feed
         for event in events:
@@ -145,6 +155,11 @@ class UpdateDecoder:
                 if not out:
                     raise
                 self._error = detached(err)  # (err's traceback holds this decoder)
+                return out
+            except Exception as err:  # (a dialect of one's own failed: typed, caused by it)
+                if not out:
+                    raise _dialect_failed(event, err) from err.with_traceback(_below(err))
+                self._error = _kept_failure(event, err)
                 return out
             if dialect.done:
                 return out  # whatever follows the terminal marker is ignored
@@ -201,7 +216,7 @@ class UpdateDecoder:
             RafrxError: The error kept by :meth:`feed`.
         """
         if self._error is not None:
-            raise detached(self._error)
+            raise _again(self._error)
         # No SSEDecoder.close(): an unfinished event is dropped anyway, and a limit
         # exceeded after the terminal marker is not an error (feed() kept any other).
         try:
@@ -210,6 +225,57 @@ class UpdateDecoder:
             if not self._head:
                 raise
             raise _no_events(err, self._head) from None
+
+
+def _again(kept: RafrxError) -> RafrxError:
+    """A copy of an error the decoder kept, to raise, with the exception it was caused
+    by (a dialect's own, see :func:`_dialect_failed`)."""
+    error = detached(kept)
+    if kept.__cause__ is not None:
+        error.__cause__ = kept.__cause__
+    return error
+
+
+def _dialect_failed(event: ServerSentEvent, error: Exception) -> MalformedEvent:
+    """The error of a dialect that failed to read ``event`` with an exception of its own
+    (not a :class:`~rafrx.errors.RafrxError`): a :class:`~rafrx.errors.MalformedEvent`
+    keeping the event's data, to be raised from ``error``.
+
+    Example:
+        >>> _dialect_failed(ServerSentEvent(data="{}"), KeyError("text"))
+        MalformedEvent("the dialect could not read an event: KeyError: 'text'")
+    """
+    return MalformedEvent(
+        f"the dialect could not read an event: {type(error).__name__}: {error_text(error)}",
+        raw=event.data,
+        event_name=event.event,
+    )
+
+
+def _kept_failure(event: ServerSentEvent, error: Exception) -> MalformedEvent:
+    """:func:`_dialect_failed` to keep (and raise later), caused by ``error`` without
+    the frames of the exceptions of its chain (each dialect frame leads back to the
+    decoder that keeps it); the dialect's traceback goes in a note instead."""
+    below = _below(error)
+    if below is not None:
+        trace = "".join(traceback.format_tb(below))
+        error.add_note(f"the dialect's traceback (most recent call last):\n{trace}")
+    chain: BaseException | None = error
+    for _ in range(16):  # (a chain of its own making: bounded)
+        if chain is None:
+            break
+        chain.__traceback__ = None
+        chain = chain.__cause__ or chain.__context__
+    failed = _dialect_failed(event, error)
+    failed.__cause__ = error
+    return failed
+
+
+def _below(error: Exception) -> TracebackType | None:
+    """``error``'s traceback below the frame that caught it (the decoder's, which an
+    error it keeps must not hold): from the dialect's frame on."""
+    traceback = error.__traceback__
+    return None if traceback is None else traceback.tb_next
 
 
 def _no_events(err: IncompleteStream, head: bytearray) -> RafrxError:

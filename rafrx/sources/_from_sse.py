@@ -38,8 +38,10 @@ def from_sse(
     are not read) and fails with the typed error otherwise:
     :class:`~rafrx.errors.IncompleteStream` when the body ends without the
     marker, :class:`~rafrx.errors.ProviderError` for an in-band error,
-    :class:`~rafrx.errors.MalformedEvent`, :class:`~rafrx.errors.LimitExceeded`.
-    Exceptions raised by ``chunks`` itself are forwarded as they are.
+    :class:`~rafrx.errors.MalformedEvent` (also for another exception raised by
+    a dialect of one's own, caused by it), :class:`~rafrx.errors.LimitExceeded`;
+    each after the updates of the events before it. Exceptions raised by
+    ``chunks`` itself are forwarded as they are.
 
     * ``bytes`` (a whole body) or a sync iterable of byte chunks: read as
       ``reactivex.from_iterable`` reads its iterable (no event loop needed):

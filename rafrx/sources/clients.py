@@ -66,6 +66,7 @@ from rafrx.sources._http import HTTPRequest, stream_updates
 from rafrx.sources._policy import RetryPolicy, Timeouts
 from rafrx.sources._secrets import masked_url
 from rafrx.sources._sessions import SessionPool
+from rafrx.sources.dialects import DIALECTS
 from rafrx.sse import DEFAULT_MAX_EVENT_BYTES, DEFAULT_MAX_LINE_BYTES
 from rafrx.tools import Tool
 from rafrx.updates import AgentResponseUpdate
@@ -380,6 +381,11 @@ class _Secret:
 class LLMClient(abc.ABC):
     """The shared machinery of the three clients (use one of them).
 
+    A client of one's own sets the class attributes ``dialect`` (a name of
+    :data:`~rafrx.sources.dialects.DIALECTS`, or a dialect factory), ``endpoint``
+    and ``default_model``, and implements ``_payload``; making one whose class
+    sets no ``dialect`` raises a ``TypeError`` saying so.
+
     Args:
         base_url: The server root or API prefix (see the module docs).
         api_key: The API key; ``None`` sends none (local servers).
@@ -425,6 +431,7 @@ class LLMClient(abc.ABC):
         trust_env: bool = False,
         **params: Any,
     ) -> None:
+        _check_dialect(self)
         self.base_url = base_url
         self.max_line_bytes = max_line_bytes
         self.max_event_bytes = max_event_bytes
@@ -557,6 +564,19 @@ class LLMClient(abc.ABC):
         tb: TracebackType | None,
     ) -> None:
         await self.aclose()
+
+
+def _check_dialect(client: LLMClient) -> None:
+    """Refuse a client whose class names no ``dialect`` (the stream format its server
+    answers in), with a ``TypeError`` saying what to set, rather than failing at
+    ``stream()``."""
+    if getattr(client, "dialect", None) is None:
+        known = ", ".join(repr(name) for name in sorted(DIALECTS))
+        raise TypeError(
+            f"{type(client).__name__} sets no dialect: give the class one, e.g. "
+            f"dialect = 'openai-chat' (a name of rafrx.sources.dialects.DIALECTS: {known}; "
+            f"or a dialect factory), the format of its server's stream"
+        )
 
 
 def _header_secrets(headers: Mapping[str, str]) -> tuple[str, ...]:
