@@ -299,3 +299,22 @@ async def test_a_dialect_failing_on_a_chunk_of_its_own_is_freed_without_the_gc()
         assert seen.error_type is MalformedEvent
         assert "error.__cause__" in seen.refs
         assert_freed(seen.refs)
+
+
+@pytest.mark.asyncio
+async def test_a_client_naming_an_unknown_dialect_fails_before_sending() -> None:
+    """A class whose ``dialect`` names no registered dialect (a typo) sent its request,
+    paid for the answer, and only then failed decoding it: ``stream()`` now refuses
+    it with the ValueError listing the known names, before anything is sent."""
+
+    class _Typo(_NoDialect):
+        dialect = "openai"
+
+    async with LLMServer() as server:
+        client = _Typo(server.url)
+        with pytest.raises(ValueError, match=r"unknown dialect 'openai'.*'openai-chat'"):
+            await collect_agent_response(
+                client.stream([ChatMessage.user("hi")]).pipe(ops.convert())
+            )
+        await client.aclose()
+        assert list(server.requests) == []

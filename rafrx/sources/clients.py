@@ -66,7 +66,7 @@ from rafrx.sources._http import HTTPRequest, stream_updates
 from rafrx.sources._policy import RetryPolicy, Timeouts
 from rafrx.sources._secrets import masked_url
 from rafrx.sources._sessions import SessionPool
-from rafrx.sources.dialects import DIALECTS
+from rafrx.sources.dialects import DIALECTS, check_dialect_name
 from rafrx.sse import DEFAULT_MAX_EVENT_BYTES, DEFAULT_MAX_LINE_BYTES
 from rafrx.tools import Tool
 from rafrx.updates import AgentResponseUpdate
@@ -494,7 +494,11 @@ class LLMClient(abc.ABC):
             TypeError: ``messages`` are not ChatMessages (an OpenAI dict, say:
                 ``ChatMessage.from_openai`` reads one), or a tool is neither a
                 :class:`~rafrx.tools.Tool` nor a mapping.
+            ValueError: The class's ``dialect`` is a name not in
+                :data:`~rafrx.sources.dialects.DIALECTS`.
         """
+        if isinstance(self.dialect, str):  # (before anything is sent)
+            check_dialect_name(self.dialect)
         conversation = checked_messages(messages, "a client's messages are ChatMessages")
         fields = dict(self.params)
         offered = [*_checked_tools(tools), *(fields.pop("tools", None) or ())]  # (the client's)

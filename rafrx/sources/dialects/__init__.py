@@ -65,8 +65,20 @@ def get_dialect(name: str) -> Dialect:
     Raises:
         ValueError: ``name`` is not in :data:`DIALECTS`; the message lists them.
     """
-    factory = DIALECTS.get(name)
-    if factory is None:
+    check_dialect_name(name)
+    return DIALECTS[name]()
+
+
+def check_dialect_name(name: str) -> None:
+    """Raise ``ValueError`` (listing the known names) unless ``name`` is in :data:`DIALECTS`.
+
+    Example:
+        >>> check_dialect_name("anthropic")
+        >>> check_dialect_name("openai")
+        Traceback (most recent call last):
+        ...
+        ValueError: unknown dialect 'openai'; known dialects: 'anthropic', 'openai-chat', 'openai-responses'
+    """  # noqa: E501
+    if name not in DIALECTS:
         known = ", ".join(repr(n) for n in sorted(DIALECTS))
         raise ValueError(f"unknown dialect {name!r}; known dialects: {known}")
-    return factory()
