@@ -202,8 +202,11 @@ class ToolCallingContent(_HtmlRepr):
 
         Example:
             >>> bad = ToolCallingContent("c1", "f", None, '{"a": ', error="invalid JSON")
-            >>> bad.invalid_arguments.raw, ToolCallingContent("c2", "f", {}).invalid_arguments
-            ('{"a": ', None)
+            >>> failure = bad.invalid_arguments
+            >>> failure is not None and failure.raw
+            '{"a": '
+            >>> print(ToolCallingContent("c2", "f", {}).invalid_arguments)
+            None
         """
         if self.error is None:
             return None
