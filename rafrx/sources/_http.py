@@ -332,8 +332,10 @@ class _StreamCall:
         """End the call cut short by its client or loop: with ``error`` (after what
         the stream still owes), unless everything came and only the body's own end was
         awaited, which the stream does not need (:meth:`_finish_body`). The error
-        keeps the id of the response being read, if one came, as the others do."""
+        keeps the id of the response being read, if one came, as the others do
+        (redacted as theirs is: the server chose it)."""
         error.request_id = self.request_id
+        redact_error(error, self.request.secrets)
         self._end(None if self.delivered_all else self._salvaged(error))
 
     def _salvaged(self, error: RafrxError) -> Exception:

@@ -1,0 +1,125 @@
+"""Regression tests of the bugs a "hostile server" hunt found: a security reviewer auditing
+rafrx before it talks to an untrusted OpenAI-compatible endpoint (a user-configured
+``base_url`` that is hostile or compromised). The passing pins are in
+``test_hostile_server_hunt.py``.
+
+Each failed on the commit before its fix, for the reason its docstring gives. Every HTTP
+exchange is real aiohttp over 127.0.0.1 (a small aiohttp app of the test's own).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import pytest
+from aiohttp import web
+from reactivex import operators as rx
+
+from rafrx import ChatMessage, collect_agent_response
+from rafrx import operators as ops
+from rafrx.errors import TransportError
+from rafrx.sources.clients import OpenAIChatClient
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+KEY = "sk-hostile-test-0123456789abcdef"
+
+
+@asynccontextmanager
+async def serve(handler: Handler) -> AsyncIterator[str]:
+    """An aiohttp app on 127.0.0.1 answering every path with ``handler``; yields its URL."""
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", handler)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        await runner.cleanup()
+
+
+def chat_chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
+    chunk = {
+        "id": "c",
+        "object": "chat.completion.chunk",
+        "model": "m",
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+    }
+    return b"data: " + json.dumps(chunk).encode() + b"\n\n"
+
+
+def event(name: str, data: dict[str, Any]) -> bytes:
+    return f"event: {name}\ndata: {json.dumps(data)}\n\n".encode()
+
+
+def replying(*bodies: bytes, content_type: str = "text/event-stream") -> Handler:
+    """A handler answering its n-th request with ``bodies[n]`` (the last one after them)."""
+    left = list(bodies)
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        await request.read()
+        response = web.StreamResponse(headers={"Content-Type": content_type})
+        await response.prepare(request)
+        await response.write(left.pop(0) if len(left) > 1 else left[0])
+        await response.write_eof()
+        return response
+
+    return handler
+
+
+@pytest.mark.asyncio
+async def test_the_request_id_of_a_call_ended_by_aclose_never_holds_the_api_key() -> None:
+    """The ``request_id`` of a call that ``aclose()`` (or its loop's end) cuts short is the
+    server's header as sent, API key and all.
+
+    What the reviewer does: a compromised server echoes the client's key in its
+    ``x-request-id`` header (as a debugging gateway echoing the request would), streams
+    some text, then stalls; the program closes its client (shutting down).
+
+    What happens: the ``TransportError`` ("client closed: ...") has
+    ``request_id == "req-<the API key>"``. Every other error of a 200 stream has it
+    redacted (``_run`` passes them through ``redact_error``); this path,
+    ``_StreamCall._cut_short``, sets the id after that and never redacts it, so an error
+    tracker or a log line that shows the id (what the providers' support asks for) shows
+    the key.
+
+    What should happen: the key is ``***`` there too. The README: "API keys never appear
+    in reprs, logs or errors: the client's own in every form a server may echo it".
+    """
+
+    stalled = asyncio.Event()
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        await request.read()
+        response = web.StreamResponse(
+            headers={"Content-Type": "text/event-stream", "x-request-id": f"req-{KEY}"}
+        )
+        await response.prepare(request)
+        await response.write(chat_chunk({"content": "Hel"}))
+        await stalled.wait()  # (until the client has closed)
+        return response
+
+    async with serve(handler) as url:
+        client = OpenAIChatClient(url, api_key=KEY, model="m")
+        seen = asyncio.Event()
+        results = client.stream([ChatMessage.user("hi")]).pipe(
+            ops.convert(), rx.do_action(lambda _: seen.set())
+        )
+        turn = asyncio.ensure_future(collect_agent_response(results))
+        await seen.wait()  # (the text came: the call is streaming, then stalled)
+        await client.aclose()
+        stalled.set()
+        with pytest.raises(TransportError) as caught:
+            await turn
+    err = caught.value
+    assert "client closed" in str(err)
+    assert err.request_id == "req-***"
+    assert err.partial is not None
+    assert err.partial.text == "Hel"
