@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
@@ -123,3 +124,93 @@ async def test_the_request_id_of_a_call_ended_by_aclose_never_holds_the_api_key(
     assert err.request_id == "req-***"
     assert err.partial is not None
     assert err.partial.text == "Hel"
+
+
+@pytest.mark.asyncio
+async def test_the_content_type_warning_never_logs_the_api_key(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The warning about an event stream sent under another Content-Type logs that
+    header as the server sent it, API key and all.
+
+    What the reviewer does: the server answers 200 with a real event stream but a
+    ``Content-Type`` of its own choosing that echoes the key
+    (``text/plain; token=<key>``). rafrx sniffs the body, decodes it (right), and warns.
+
+    What happens: the WARNING on ``rafrx.sources._http`` is ``... sent an event stream as
+    Content-Type 'text/plain; token=sk-...': decoding it``: the key, in the program's
+    logs (and on the CLI's stderr, which shows rafrx's warnings).
+
+    What should happen: the key is ``***`` in the log line, as in every error built from
+    the same header (``ContentTypeError`` goes through ``redact_error``). README: "API
+    keys never appear in reprs, logs or errors".
+    """
+    body = chat_chunk({"content": "hi"}, "stop") + b"data: [DONE]\n\n"
+    handler = replying(body, content_type=f"text/plain; token={KEY}")
+    async with serve(handler) as url:
+        client = OpenAIChatClient(url, api_key=KEY, model="m")
+        try:
+            with caplog.at_level(logging.WARNING, logger="rafrx"):
+                response = await collect_agent_response(
+                    client.stream([ChatMessage.user("hi")]).pipe(ops.convert())
+                )
+        finally:
+            await client.aclose()
+    assert response.text == "hi"
+    warned = [r.getMessage() for r in caplog.records if "Content-Type" in r.getMessage()]
+    assert len(warned) == 1
+    assert KEY not in warned[0]
+    assert "token=***" in warned[0]
+
+
+def _anthropic_calls(*blocks: bytes) -> bytes:
+    start = event(
+        "message_start",
+        {
+            "type": "message_start",
+            "message": {"id": "msg_1", "model": "claude-x", "usage": {"input_tokens": 1}},
+        },
+    )
+    end = event(
+        "message_delta",
+        {"type": "message_delta", "delta": {"stop_reason": "tool_use"}, "usage": {}},
+    ) + event("message_stop", {"type": "message_stop"})
+    return start + b"".join(blocks) + end
+
+
+def _tool_use_start(index: int, call_id: str, name: str) -> bytes:
+    block = {"type": "tool_use", "id": call_id, "name": name, "input": {}}
+    return event(
+        "content_block_start",
+        {"type": "content_block_start", "index": index, "content_block": block},
+    )
+
+
+def _input_delta(index: int, partial_json: str) -> bytes:
+    delta = {"type": "input_json_delta", "partial_json": partial_json}
+    return event(
+        "content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta}
+    )
+
+
+def _block_stop(index: int) -> bytes:
+    return event("content_block_stop", {"type": "content_block_stop", "index": index})
+
+
+_ANTHROPIC_TEXT_REPLY = (
+    event(
+        "message_start",
+        {"type": "message_start", "message": {"id": "msg_2", "model": "claude-x", "usage": {}}},
+    )
+    + event(
+        "content_block_start",
+        {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+    )
+    + event(
+        "content_block_delta",
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "ok"}},
+    )
+    + _block_stop(0)
+    + event("message_delta", {"type": "message_delta", "delta": {"stop_reason": "end_turn"}})
+    + event("message_stop", {"type": "message_stop"})
+)

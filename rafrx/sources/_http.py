@@ -467,7 +467,7 @@ class _StreamCall:
             _log.warning(
                 "%s sent an event stream as Content-Type %r: decoding it",
                 self.request.safe_url,
-                content_type,
+                content_type and redact(content_type, self.request.secrets),  # (the server's)
             )
         request = self.request
         self.decoder = decoder = UpdateDecoder(
