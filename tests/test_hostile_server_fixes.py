@@ -20,10 +20,11 @@ import pytest
 from aiohttp import web
 from reactivex import operators as rx
 
-from rafrx import ChatMessage, collect_agent_response
+from rafrx import Agent, ChatMessage, collect_agent_response
 from rafrx import operators as ops
 from rafrx.errors import TransportError
-from rafrx.sources.clients import OpenAIChatClient
+from rafrx.sources.clients import AnthropicClient, OpenAIChatClient
+from rafrx.tools import tool
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -214,3 +215,76 @@ _ANTHROPIC_TEXT_REPLY = (
     + event("message_delta", {"type": "message_delta", "delta": {"stop_reason": "end_turn"}})
     + event("message_stop", {"type": "message_stop"})
 )
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("overlapping", [False, True], ids=["one-after-the-other", "overlapping"])
+async def test_two_anthropic_tool_use_blocks_with_one_id_are_two_calls(overlapping: bool) -> None:
+    """Two ``tool_use`` blocks (two indices) that share an ``id`` merge into one call, or
+    fail the whole stream.
+
+    What the reviewer does: an Anthropic-compatible server (a gateway translating a
+    model that gives parallel calls one id, as DeepSeek, GLM and Kimi do in the chat
+    format; or a hostile one) streams block 0 ``tool_use`` ``f`` and block 1 ``tool_use``
+    ``g``, both ``id: "toolu_1"``.
+
+    What happens: the dialect emits ``ToolCallStart("toolu_1", ...)`` twice; the
+    accumulator drops the second as "a duplicate start". Sent one after the other, the
+    second block's arguments go to a call already ended: ``ProtocolError: arguments for
+    a tool call that is not open``, the whole turn fails and ``f``, complete, is marked
+    never run. Interleaved, both blocks' arguments join into ``f``'s
+    (``{"a": 1}{"a": 2}``, invalid; or, split just so, a valid value made of two
+    calls' bytes) and ``g`` vanishes.
+
+    What should happen: as the OpenAI chat and Responses dialects do with a reused id
+    (``split_legacy_delta``'s ``_unique``, ``_start_call``), the second call gets an id
+    of its own (``toolu_1_2``), each call keeps its own arguments, both run and both are
+    answered.
+    """
+    if overlapping:
+        body = _anthropic_calls(
+            _tool_use_start(0, "toolu_1", "f"),
+            _tool_use_start(1, "toolu_1", "g"),
+            _input_delta(0, '{"a": 1}'),
+            _input_delta(1, '{"a": 2}'),
+            _block_stop(0),
+            _block_stop(1),
+        )
+    else:
+        body = _anthropic_calls(
+            _tool_use_start(0, "toolu_1", "f"),
+            _input_delta(0, '{"a": 1}'),
+            _block_stop(0),
+            _tool_use_start(1, "toolu_1", "g"),
+            _input_delta(1, '{"a": 2}'),
+            _block_stop(1),
+        )
+    ran: list[tuple[str, int]] = []
+
+    @tool
+    def f(a: int) -> str:
+        """F."""
+        ran.append(("f", a))
+        return f"f{a}"
+
+    @tool
+    def g(a: int) -> str:
+        """G."""
+        ran.append(("g", a))
+        return f"g{a}"
+
+    async with serve(replying(body, _ANTHROPIC_TEXT_REPLY)) as url:
+        client = AnthropicClient(url, api_key=KEY, model="claude-x")
+        try:
+            response = await Agent(client, tools=[f, g]).send("hi")
+        finally:
+            await client.aclose()
+    assert sorted(ran) == [("f", 1), ("g", 2)]
+    calls = response.turn_transcript[0].tool_calls or ()
+    assert [(c.id, c.name, c.arguments) for c in calls] == [
+        ("toolu_1", "f", {"a": 1}),
+        ("toolu_1_2", "g", {"a": 2}),
+    ]
+    answers = [(m.tool_call_id, m.content) for m in response.turn_transcript if m.tool_call_id]
+    assert answers == [("toolu_1", "f1"), ("toolu_1_2", "g2")]
+    assert response.text == "ok"
