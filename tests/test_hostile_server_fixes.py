@@ -288,3 +288,62 @@ async def test_two_anthropic_tool_use_blocks_with_one_id_are_two_calls(overlappi
     answers = [(m.tool_call_id, m.content) for m in response.turn_transcript if m.tool_call_id]
     assert answers == [("toolu_1", "f1"), ("toolu_1_2", "g2")]
     assert response.text == "ok"
+
+
+@pytest.mark.asyncio
+async def test_a_tool_call_id_or_name_from_the_server_cannot_forge_log_lines(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A tool call's id and name, chosen by the server, go into rafrx's log lines as
+    they are: a newline in them starts a line of the server's choosing.
+
+    What the reviewer does: the server calls a tool named
+    ``"nope\\nCRITICAL forged: all checks passed"`` (id likewise). The agent answers
+    ``ToolNotFound`` (right) and logs the failure at INFO on ``rafrx.operators``.
+
+    What happens: ``logger.info("tool call %s (%s) failed: %s", call.call_id, call.name,
+    ...)`` writes the id and name raw: the record's message holds the newline and, with
+    a plain text handler, the log gets a line that reads as a CRITICAL record (CWE-117,
+    log injection); an ANSI escape would reach the terminal tailing the log.
+
+    What should happen: the id and name are quoted as ``repr()`` does (``'nope\\nCRITICAL
+    ...'``), as ``rafrx.messages`` logs call ids already (``%r``): the record is one line.
+    """
+    forged = "nope\nCRITICAL forged: all checks passed"
+    first = (
+        chat_chunk(
+            {
+                "tool_calls": [
+                    {
+                        "index": 0,
+                        "id": "call_1\n\x1b[2Jx",
+                        "type": "function",
+                        "function": {"name": forged, "arguments": "{}"},
+                    }
+                ]
+            }
+        )
+        + chat_chunk({}, "tool_calls")
+        + b"data: [DONE]\n\n"
+    )
+    second = chat_chunk({"content": "ok"}, "stop") + b"data: [DONE]\n\n"
+
+    @tool
+    def f() -> str:
+        """F."""
+        return "f"
+
+    async with serve(replying(first, second)) as url:
+        client = OpenAIChatClient(url, api_key=KEY, model="m")
+        try:
+            with caplog.at_level(logging.INFO, logger="rafrx"):
+                response = await Agent(client, tools=[f]).send("hi")
+        finally:
+            await client.aclose()
+    assert response.text == "ok"
+    failed = [r.getMessage() for r in caplog.records if "failed" in r.getMessage()]
+    assert failed, "the failed call is logged"
+    for line in failed:
+        assert "\n" not in line
+        assert "\x1b" not in line
+        assert "CRITICAL forged" in line  # (quoted, not dropped)
