@@ -61,12 +61,17 @@ def event(name: str, data: dict[str, Any]) -> bytes:
     return f"event: {name}\ndata: {json.dumps(data)}\n\n".encode()
 
 
-def replying(*bodies: bytes, content_type: str = "text/event-stream") -> Handler:
-    """A handler answering its n-th request with ``bodies[n]`` (the last one after them)."""
+def replying(
+    *bodies: bytes, content_type: str = "text/event-stream", sent: list[Any] | None = None
+) -> Handler:
+    """A handler answering its n-th request with ``bodies[n]`` (the last one after them);
+    the JSON request bodies go to ``sent``, if given."""
     left = list(bodies)
 
     async def handler(request: web.Request) -> web.StreamResponse:
-        await request.read()
+        body = await request.read()
+        if sent is not None:
+            sent.append(json.loads(body))
         response = web.StreamResponse(headers={"Content-Type": content_type})
         await response.prepare(request)
         await response.write(left.pop(0) if len(left) > 1 else left[0])
@@ -273,7 +278,8 @@ async def test_two_anthropic_tool_use_blocks_with_one_id_are_two_calls(overlappi
         ran.append(("g", a))
         return f"g{a}"
 
-    async with serve(replying(body, _ANTHROPIC_TEXT_REPLY)) as url:
+    sent: list[Any] = []
+    async with serve(replying(body, _ANTHROPIC_TEXT_REPLY, sent=sent)) as url:
         client = AnthropicClient(url, api_key=KEY, model="claude-x")
         try:
             response = await Agent(client, tools=[f, g]).send("hi")
@@ -287,6 +293,12 @@ async def test_two_anthropic_tool_use_blocks_with_one_id_are_two_calls(overlappi
     ]
     answers = [(m.tool_call_id, m.content) for m in response.turn_transcript if m.tool_call_id]
     assert answers == [("toolu_1", "f1"), ("toolu_1_2", "g2")]
+    uses, results = sent[1]["messages"][1:]  # (what goes back: two uses, each answered)
+    assert [(b["id"], b["input"]) for b in uses["content"]] == [
+        ("toolu_1", {"a": 1}),
+        ("toolu_1_2", {"a": 2}),
+    ]
+    assert [b["tool_use_id"] for b in results["content"]] == ["toolu_1", "toolu_1_2"]
     assert response.text == "ok"
 
 
