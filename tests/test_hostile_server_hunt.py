@@ -15,10 +15,11 @@ import gzip
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Annotated, Any
 
 import pytest
 from aiohttp import web
+from pydantic import Field
 
 from rafrx import Agent, ChatMessage, RafrxError, collect_agent_response
 from rafrx import operators as ops
@@ -669,3 +670,41 @@ async def test_a_tool_name_the_agent_does_not_have_is_answered_not_run() -> None
     assert answer.is_error
     assert "unknown tool" in (answer.content or "")
     assert response.text == "ok"
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("amount", ["NaN", "1e999", "-1e999"])
+async def test_a_non_finite_number_never_passes_a_tool_argument_constraint(amount: str) -> None:
+    """``NaN`` compares false with every bound: a check written ``value > maximum`` would
+    let it through. Python's ``json`` reads ``NaN`` and ``1e999`` (as ``inf``)."""
+    first = (
+        call_chunk(
+            {
+                "index": 0,
+                "id": "call_1",
+                "type": "function",
+                "function": {"name": "pay", "arguments": f'{{"amount": {amount}}}'},
+            }
+        )
+        + chat_chunk({}, "tool_calls")
+        + DONE
+    )
+    second = chat_chunk({"content": "ok"}, "stop") + DONE
+    paid: list[float] = []
+
+    @tool
+    def pay(amount: Annotated[float, Field(ge=0, le=100)]) -> str:
+        """Pay."""
+        paid.append(amount)
+        return "paid"
+
+    async with serve(replying(first, second)) as url:
+        client = OpenAIChatClient(url, api_key=KEY, model="m")
+        try:
+            response = await Agent(client, tools=[pay]).send("hi")
+        finally:
+            await client.aclose()
+    assert paid == []
+    (answer,) = [m for m in response.turn_transcript if m.tool_call_id == "call_1"]
+    assert answer.is_error
+    assert "invalid arguments for tool 'pay'" in (answer.content or "")
