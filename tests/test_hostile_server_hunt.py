@@ -68,7 +68,12 @@ async def serve(handler: Handler) -> AsyncIterator[str]:
 async def serve_raw(script: Script) -> AsyncIterator[str]:
     """A raw TCP server on 127.0.0.1: reads a request's head, then runs ``script``."""
 
+    running: set[asyncio.Task[Any]] = set()
+
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        running.add(task)
         try:
             await reader.readuntil(b"\r\n\r\n")
             await script(writer)
@@ -83,6 +88,9 @@ async def serve_raw(script: Script) -> AsyncIterator[str]:
         yield f"http://127.0.0.1:{port}"
     finally:
         server.close()
+        for task in running:
+            task.cancel()
+        await asyncio.gather(*running, return_exceptions=True)
 
 
 def chat_chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
@@ -383,6 +391,20 @@ async def test_headers_sent_a_line_at_a_time_hit_the_first_byte_timeout() -> Non
         err = await asyncio.wait_for(failure(client), 2)
     assert isinstance(err, ConnectTimeout)
     assert "first byte (0.3 s)" in str(err)
+
+
+@pytest.mark.asyncio
+async def test_endless_interim_1xx_responses_hit_the_first_byte_timeout() -> None:
+    async def processing(writer: asyncio.StreamWriter) -> None:
+        for _ in range(100):
+            writer.write(b"HTTP/1.1 102 Processing\r\n\r\n")
+            await writer.drain()
+            await asyncio.sleep(0.05)
+
+    async with serve_raw(processing) as url:
+        client = OpenAIChatClient(url, api_key=KEY, model="m", timeouts=Timeouts(first_byte=0.3))
+        err = await asyncio.wait_for(failure(client), 2)
+    assert isinstance(err, ConnectTimeout)
 
 
 @pytest.mark.asyncio
