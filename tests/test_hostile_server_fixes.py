@@ -12,17 +12,22 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import pytest
 from aiohttp import web
 from reactivex import operators as rx
 
+import rafrx
 from rafrx import Agent, ChatMessage, collect_agent_response
 from rafrx import operators as ops
 from rafrx.errors import TransportError
+from rafrx.sources._decoder import UpdateDecoder
 from rafrx.sources.clients import AnthropicClient, OpenAIChatClient
 from rafrx.tools import tool
 
@@ -359,3 +364,80 @@ async def test_a_tool_call_id_or_name_from_the_server_cannot_forge_log_lines(
         assert "\n" not in line
         assert "\x1b" not in line
         assert "CRITICAL forged" in line  # (quoted, not dropped)
+
+
+RAFRX_DIR = str(Path(rafrx.__file__).resolve().parent)
+
+
+def _lines_run(fn: Callable[[], Any]) -> int:
+    """How many lines of rafrx's own code ``fn()`` runs (as ``test_scaling_hunt`` counts)."""
+    count = 0
+
+    def local(frame: FrameType, what: str, arg: Any) -> Any:
+        nonlocal count
+        if what == "line":
+            count += 1
+        return local
+
+    def calls(frame: FrameType, what: str, arg: Any) -> Any:
+        return local if frame.f_code.co_filename.startswith(RAFRX_DIR) else None
+
+    previous = sys.gettrace()
+    sys.settrace(calls)
+    try:
+        fn()
+    finally:
+        sys.settrace(previous)
+    return count
+
+
+def _text_blocks(n: int) -> bytes:
+    """An Anthropic message of ``n`` one-character text blocks (no thinking block)."""
+    blocks = b"".join(
+        event(
+            "content_block_start",
+            {"type": "content_block_start", "index": i, "content_block": {"type": "text"}},
+        )
+        + event(
+            "content_block_delta",
+            {
+                "type": "content_block_delta",
+                "index": i,
+                "delta": {"type": "text_delta", "text": "a"},
+            },
+        )
+        + _block_stop(i)
+        for i in range(n)
+    )
+    start = event("message_start", {"type": "message_start", "message": {"id": "m"}})
+    end = event("message_delta", {"type": "message_delta", "delta": {"stop_reason": "end_turn"}})
+    return start + blocks + end + event("message_stop", {"type": "message_stop"})
+
+
+def test_an_anthropic_message_of_many_text_blocks_decodes_in_linear_work() -> None:
+    """Each text block's end scans every block ended before it: a message of many small
+    blocks costs quadratic CPU.
+
+    What the reviewer does: a hostile Anthropic-compatible server answers with 20,000
+    one-character text blocks (6.6 MB, within every default limit).
+
+    What happens: ``AnthropicDialect._after_a_call()``, called at each text block's end,
+    runs ``any(ref["type"] == TOOL_USE_REF for ref in self._refs)`` over the refs of
+    all the blocks so far (kept until a thinking block, which never comes): 1.8 s for
+    5,000 blocks, 6.4 s for 10,000, 23 s for 20,000, one core held busy by a few
+    megabytes.
+
+    What should happen: the work grows linearly with the blocks (the dialects' other
+    paths do, ``test_scaling_hunt``): whether a ``tool_use`` ref waits among the refs
+    is known as they are added. Counted in lines of rafrx run, at n and 4 n, as
+    ``test_scaling_hunt`` counts (linear: about 4x; quadratic: about 16x).
+    """
+    small_body, large_body = _text_blocks(200), _text_blocks(800)
+
+    def decode(body: bytes) -> Callable[[], Any]:
+        return lambda: UpdateDecoder("anthropic").feed(body)
+
+    small, large = _lines_run(decode(small_body)), _lines_run(decode(large_body))
+    assert large / small <= 6.0, f"{small} -> {large} lines of rafrx"  # (it was 8.2x)
+    updates = UpdateDecoder("anthropic").feed(small_body)
+    assert sum(len(u.delta) for u in updates if type(u).__name__ == "TextDelta") == 200

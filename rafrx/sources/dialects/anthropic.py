@@ -207,6 +207,7 @@ class AnthropicDialect:
     __slots__ = (
         "_blocks",
         "_call_ids",
+        "_call_ref_waits",
         "_done",
         "_interleaved",
         "_refs",
@@ -225,6 +226,7 @@ class AnthropicDialect:
         # those blocks stood goes into provider_data, as TEXT_REF / TOOL_USE_REF blocks.
         self._text_chars = 0  # the message's text so far (where each text block stands)
         self._refs: list[dict[str, Any]] = []  # text / tool_use refs, until a thinking block
+        self._call_ref_waits = False  # a tool_use ref is among them (see _after_a_call)
         self._interleaved = False  # one did: each ref goes out as its block ends
 
     @property
@@ -392,6 +394,7 @@ class AnthropicDialect:
         self._interleaved = True
         out: list[AgentResponseUpdate] = [ReasoningDelta("", provider_data=r) for r in self._refs]
         self._refs.clear()
+        self._call_ref_waits = False
         return out
 
     def _ref(self, ref: dict[str, Any], needed: bool = False) -> list[AgentResponseUpdate]:
@@ -401,12 +404,14 @@ class AnthropicDialect:
         if self._interleaved:
             return [ReasoningDelta("", provider_data=ref)]
         self._refs.append(ref)
+        self._call_ref_waits = self._call_ref_waits or ref["type"] == TOOL_USE_REF
         return self._thinking_starts() if needed else []
 
     def _after_a_call(self) -> bool:
         """Whether a ``tool_use`` block came before the text block that ends now (its
-        text does not join the text before the call)."""
-        return any(ref["type"] == TOOL_USE_REF for ref in self._refs)
+        text does not join the text before the call). Known as the refs come, not
+        looked for among them: a message of many blocks would cost quadratic work."""
+        return self._call_ref_waits
 
     def _block_delta(
         self, event: ServerSentEvent, data: dict[str, Any]
