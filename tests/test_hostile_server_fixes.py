@@ -20,6 +20,7 @@ from types import FrameType
 from typing import Any
 
 import pytest
+import reactivex
 from aiohttp import web
 from reactivex import operators as rx
 
@@ -441,3 +442,84 @@ def test_an_anthropic_message_of_many_text_blocks_decodes_in_linear_work() -> No
     assert large / small <= 6.0, f"{small} -> {large} lines of rafrx"  # (it was 8.2x)
     updates = UpdateDecoder("anthropic").feed(small_body)
     assert sum(len(u.delta) for u in updates if type(u).__name__ == "TextDelta") == 200
+
+
+def _one_id_calls(dialect: str, n: int) -> bytes:
+    """``n`` tool calls in one response, all with the id ``call_x``, in ``dialect``."""
+    if dialect == "openai-chat":
+        return (
+            b"".join(
+                call_chunk(i, "call_x")
+                for i in range(n)  # (one index each)
+            )
+            + chat_chunk({}, "tool_calls")
+            + b"data: [DONE]\n\n"
+        )
+    if dialect == "anthropic":
+        return _anthropic_calls(
+            *(_tool_use_start(i, "call_x", "f") + _block_stop(i) for i in range(n))
+        )
+    items = b"".join(
+        event(
+            "response.output_item.added",
+            {
+                "type": "response.output_item.added",
+                "output_index": i,
+                "item": {
+                    "type": "function_call",
+                    "id": f"fc_{i}",
+                    "call_id": "call_x",
+                    "name": "f",
+                },
+            },
+        )
+        for i in range(n)
+    )
+    done = {"type": "response.completed", "response": {"id": "r", "status": "completed"}}
+    return items + event("response.completed", done)
+
+
+def call_chunk(index: int, call_id: str) -> bytes:
+    call = {"index": index, "id": call_id, "type": "function", "function": {"name": "f"}}
+    return chat_chunk({"tool_calls": [call]})
+
+
+@pytest.mark.parametrize("dialect", ["openai-chat", "anthropic", "openai-responses"])
+def test_many_tool_calls_sharing_one_id_are_renamed_in_linear_work(dialect: str) -> None:
+    """Each call reusing an id looks for its suffix from ``_2`` up: ``n`` calls with one
+    id cost quadratic work.
+
+    What the reviewer does: a hostile server sends 4,000 tool calls that all have the id
+    ``call_x`` (a few hundred kilobytes).
+
+    What happens: ``SplitLegacyDelta._unique`` (chat completions), the Responses
+    dialect's ``_start_call`` and the Anthropic dialect's ``_own_call_id`` (the fix above)
+    try ``call_x_2``, ``call_x_3`` … for every call: 1,000 calls 0.3 s, 4,000 calls 3.5 s,
+    16,000 about a minute of CPU.
+
+    What should happen: the calls are still renamed ``call_x``, ``call_x_2``, … (one id
+    each), in work linear in the calls: each reused id goes on from the last suffix it
+    took. Counted in lines of rafrx run at n and 4 n, as ``test_scaling_hunt`` counts.
+    """
+
+    def decode(n: int) -> Callable[[], Any]:
+        body = _one_id_calls(dialect, n)
+
+        def run() -> None:
+            decoder = UpdateDecoder(dialect)
+            updates = [*decoder.feed(body), *decoder.close()]
+            reactivex.from_iterable(updates).pipe(ops.split_legacy_delta()).subscribe()
+
+        return run
+
+    small, large = _lines_run(decode(100)), _lines_run(decode(400))
+    assert large / small <= 6.0, f"{small} -> {large} lines of rafrx"
+    decoder = UpdateDecoder(dialect)
+    updates = [*decoder.feed(_one_id_calls(dialect, 5)), *decoder.close()]
+    starts: list[str] = []
+    reactivex.from_iterable(updates).pipe(ops.split_legacy_delta()).subscribe(
+        lambda update: (
+            starts.append(update.id) if type(update).__name__ == "ToolCallStart" else None
+        )
+    )
+    assert starts == ["call_x", "call_x_2", "call_x_3", "call_x_4", "call_x_5"]

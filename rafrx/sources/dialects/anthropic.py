@@ -208,6 +208,7 @@ class AnthropicDialect:
         "_blocks",
         "_call_ids",
         "_call_ref_waits",
+        "_call_suffixes",
         "_done",
         "_interleaved",
         "_refs",
@@ -220,6 +221,7 @@ class AnthropicDialect:
         self._done = False
         self._blocks: dict[int, _Block] = {}
         self._call_ids: set[str] = set()  # the tool_use blocks' (see _own_call_id)
+        self._call_suffixes: dict[str, int] = {}  # a reused id → the next suffix to try
         self._stop_reason: str | None = None
         self._usage: dict[str, Any] = {}
         # Interleaved thinking (a thinking block after a text or tool_use block): where
@@ -380,9 +382,10 @@ class AnthropicDialect:
         """
         block = self._blocks.get(index)
         if call_id in self._call_ids and not (block is not None and block.id == call_id):
-            n = 2
+            n = self._call_suffixes.get(call_id, 2)  # (from the last one: linear work)
             while f"{call_id}_{n}" in self._call_ids:
                 n += 1
+            self._call_suffixes[call_id] = n + 1
             call_id = f"{call_id}_{n}"
         self._call_ids.add(call_id)
         return call_id
