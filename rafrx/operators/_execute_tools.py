@@ -312,7 +312,7 @@ class _Runner:
             why = f"the approver failed: {type(exc).__name__}: {_said(exc)}"
             answer.update(approve=False, reason=clip(why, self.max_chars))
         if not answer["approve"]:
-            logger.info("remote tool %s (%s): %s", request.call_id, request.name, answer["reason"])
+            logger.info("remote tool %r (%r): %s", request.call_id, request.name, answer["reason"])
         if previous is not None:
             await asyncio.shield(previous)
         block = ReasoningContent("", provider_data=answer)
@@ -347,7 +347,8 @@ class _Runner:
             text = format_result(value)
         except ToolError as exc:
             message = _said(exc)
-            logger.info("tool call %s (%s) failed: %s", call.call_id, call.name, message)
+            # (%r: the server chose the id and the name, a newline in them would forge a line)
+            logger.info("tool call %r (%r) failed: %s", call.call_id, call.name, message)
             return ToolCalledContent(
                 call.call_id, error=clip(message, self.max_chars), meta=call.meta
             )
@@ -364,7 +365,7 @@ class _Runner:
     def failed(self, call: ToolCallingContent, error: BaseException) -> ToolCalledContent:
         """The error result of a call that failed outside the tool itself."""
         message = f"tool {call.name!r}: {type(error).__name__}: {_said(error)}"
-        logger.info("tool call %s (%s) failed: %s", call.call_id, call.name, message)
+        logger.info("tool call %r (%r) failed: %s", call.call_id, call.name, message)
         return ToolCalledContent(call.call_id, error=clip(message, self.max_chars), meta=call.meta)
 
     async def approve(

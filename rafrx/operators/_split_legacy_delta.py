@@ -127,12 +127,13 @@ class LegacyDeltaSplitter:
         [ToolCallEnd(id='a')]
     """
 
-    __slots__ = ("_ids", "_open", "_slots")
+    __slots__ = ("_ids", "_open", "_slots", "_suffixes")
 
     def __init__(self) -> None:
         self._slots: dict[int, _Slot] = {}
         self._open: list[_Slot] = []  # started calls, in start order
         self._ids: set[str] = set()  # the ids of the calls started in this response
+        self._suffixes: dict[str, int] = {}  # a reused id → the next suffix to try (_unique)
 
     def step(self, update: Update) -> Sequence[AgentResponseUpdate]:
         if type(update) is ToolCallDelta:
@@ -239,10 +240,12 @@ class LegacyDeltaSplitter:
         return out
 
     def _unique(self, call_id: str) -> str:
-        """``call_id`` made unique among this response's calls: ``<id>_2``, ``<id>_3``…"""
-        n = 2
+        """``call_id`` made unique among this response's calls: ``<id>_2``, ``<id>_3``…
+        (each id reused goes on from its last suffix: linear work in the calls)."""
+        n = self._suffixes.get(call_id, 2)
         while f"{call_id}_{n}" in self._ids:
             n += 1
+        self._suffixes[call_id] = n + 1
         return f"{call_id}_{n}"
 
     def _end_all(self) -> list[AgentResponseUpdate]:
@@ -254,6 +257,7 @@ class LegacyDeltaSplitter:
         self._open.clear()
         self._slots.clear()
         self._ids.clear()
+        self._suffixes.clear()
         return out
 
 

@@ -332,8 +332,10 @@ class _StreamCall:
         """End the call cut short by its client or loop: with ``error`` (after what
         the stream still owes), unless everything came and only the body's own end was
         awaited, which the stream does not need (:meth:`_finish_body`). The error
-        keeps the id of the response being read, if one came, as the others do."""
+        keeps the id of the response being read, if one came, as the others do
+        (redacted as theirs is: the server chose it)."""
         error.request_id = self.request_id
+        redact_error(error, self.request.secrets)
         self._end(None if self.delivered_all else self._salvaged(error))
 
     def _salvaged(self, error: RafrxError) -> Exception:
@@ -465,7 +467,7 @@ class _StreamCall:
             _log.warning(
                 "%s sent an event stream as Content-Type %r: decoding it",
                 self.request.safe_url,
-                content_type,
+                content_type and redact(content_type, self.request.secrets),  # (the server's)
             )
         request = self.request
         self.decoder = decoder = UpdateDecoder(

@@ -21,6 +21,10 @@
   counts only when no piece comes, as in the SDK. A block that never stops
   (``max_tokens`` cut it) gets no ``ToolCallEnd``, so its call is never run: it
   ends cut short (``ToolCallIncompleteContent``).
+  A ``tool_use`` block at another index with the ``id`` of an earlier one (a
+  gateway giving parallel calls one id) is a call of its own, ``<id>_2``,
+  ``<id>_3`` …, as the OpenAI dialects have it: each keeps its arguments and
+  is answered apart.
   A block's other members (the ``caller`` of a call made by Claude's code)
   go on its ``TOOL_USE_REF``, which then goes out at once, for the block to
   go back whole and in its place.
@@ -202,6 +206,9 @@ class AnthropicDialect:
 
     __slots__ = (
         "_blocks",
+        "_call_ids",
+        "_call_ref_waits",
+        "_call_suffixes",
         "_done",
         "_interleaved",
         "_refs",
@@ -213,12 +220,15 @@ class AnthropicDialect:
     def __init__(self) -> None:
         self._done = False
         self._blocks: dict[int, _Block] = {}
+        self._call_ids: set[str] = set()  # the tool_use blocks' (see _own_call_id)
+        self._call_suffixes: dict[str, int] = {}  # a reused id → the next suffix to try
         self._stop_reason: str | None = None
         self._usage: dict[str, Any] = {}
         # Interleaved thinking (a thinking block after a text or tool_use block): where
         # those blocks stood goes into provider_data, as TEXT_REF / TOOL_USE_REF blocks.
         self._text_chars = 0  # the message's text so far (where each text block stands)
         self._refs: list[dict[str, Any]] = []  # text / tool_use refs, until a thinking block
+        self._call_ref_waits = False  # a tool_use ref is among them (see _after_a_call)
         self._interleaved = False  # one did: each ref goes out as its block ends
 
     @property
@@ -326,6 +336,7 @@ class AnthropicDialect:
             call_id, name = as_str(block.get("id")), as_str(block.get("name"))
             if call_id is None or name is None:
                 raise malformed(event, "a tool_use block needs an 'id' and a 'name'")
+            call_id = self._own_call_id(index, call_id)
             state = self._blocks[index] = _Block(kind, call_id)
             state.extra = _tool_use_extra(block)
             initial = block.get("input")
@@ -355,6 +366,30 @@ class AnthropicDialect:
             out = self._thinking_starts()
         return out
 
+    def _own_call_id(self, index: int, call_id: str) -> str:
+        """The id of the call that the ``tool_use`` block ``index`` starts: ``call_id``,
+        unless an earlier block (at another index) has it: then ``<id>_2``, ``<id>_3`` …
+
+        Example:
+            >>> d = AnthropicDialect()
+            >>> d._own_call_id(0, "toolu_1")
+            'toolu_1'
+            >>> d._blocks[0] = _Block("tool_use", "toolu_1")
+            >>> d._own_call_id(0, "toolu_1")  # block 0 starting again: the same call
+            'toolu_1'
+            >>> d._own_call_id(1, "toolu_1"), d._own_call_id(2, "toolu_1")
+            ('toolu_1_2', 'toolu_1_3')
+        """
+        block = self._blocks.get(index)
+        if call_id in self._call_ids and not (block is not None and block.id == call_id):
+            n = self._call_suffixes.get(call_id, 2)  # (from the last one: linear work)
+            while f"{call_id}_{n}" in self._call_ids:
+                n += 1
+            self._call_suffixes[call_id] = n + 1
+            call_id = f"{call_id}_{n}"
+        self._call_ids.add(call_id)
+        return call_id
+
     def _thinking_starts(self) -> list[AgentResponseUpdate]:
         """A thinking block starts: the refs of the blocks before it go first."""
         if not self._refs:
@@ -362,6 +397,7 @@ class AnthropicDialect:
         self._interleaved = True
         out: list[AgentResponseUpdate] = [ReasoningDelta("", provider_data=r) for r in self._refs]
         self._refs.clear()
+        self._call_ref_waits = False
         return out
 
     def _ref(self, ref: dict[str, Any], needed: bool = False) -> list[AgentResponseUpdate]:
@@ -371,12 +407,14 @@ class AnthropicDialect:
         if self._interleaved:
             return [ReasoningDelta("", provider_data=ref)]
         self._refs.append(ref)
+        self._call_ref_waits = self._call_ref_waits or ref["type"] == TOOL_USE_REF
         return self._thinking_starts() if needed else []
 
     def _after_a_call(self) -> bool:
         """Whether a ``tool_use`` block came before the text block that ends now (its
-        text does not join the text before the call)."""
-        return any(ref["type"] == TOOL_USE_REF for ref in self._refs)
+        text does not join the text before the call). Known as the refs come, not
+        looked for among them: a message of many blocks would cost quadratic work."""
+        return self._call_ref_waits
 
     def _block_delta(
         self, event: ServerSentEvent, data: dict[str, Any]

@@ -143,6 +143,7 @@ class OpenAIResponsesDialect:
     __slots__ = (
         "_annotations",
         "_call_keys",
+        "_call_suffixes",
         "_calls",
         "_done",
         "_early_refs",
@@ -182,6 +183,7 @@ class OpenAIResponsesDialect:
         self._early_refs: list[tuple[int | None, dict[str, Any]]] = []  # (output index, ref)
         self._calls: dict[str, _Call] = {}  # output item id → call
         self._call_keys: dict[str, str] = {}  # call id → its key in _calls
+        self._call_suffixes: dict[str, int] = {}  # a reused call id → the next suffix to try
         self._annotations: dict[tuple[str, int], int] = {}  # (item id, part) → count sent
 
     @property
@@ -330,9 +332,10 @@ class OpenAIResponsesDialect:
         if known is not None and not (added and item_id is not None and item_id != known):
             return []  # known: by its item id, or (an item first sent without one) its call id
         if call_id in self._call_keys:  # another item repeating a call id: a call of its own
-            n = 2
+            n = self._call_suffixes.get(call_id, 2)  # (from the last one: linear work)
             while f"{call_id}_{n}" in self._call_keys:
                 n += 1
+            self._call_suffixes[call_id] = n + 1
             call_id = f"{call_id}_{n}"
         custom = item.get("type") == "custom_tool_call"
         key = item_id or call_id
