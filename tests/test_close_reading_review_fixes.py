@@ -20,7 +20,7 @@ from reactivex.subject import Subject
 
 from rafrx import Agent, ChatMessage
 from rafrx import content as c
-from rafrx.errors import ProviderError, TransportError
+from rafrx.errors import HTTPStatusError, ProviderError
 from rafrx.events import ResponseStartedEvent
 from rafrx.notebook import live, text_display
 from rafrx.response import AgentResponseResult
@@ -62,9 +62,10 @@ def test_live_view_of_a_turn_failing_with_an_sdk_error_raises_that_error() -> No
 
     What should happen: the stream's own error is raised, as it was before today's change
     (``raise self._error``) and as the docstring of ``LiveView.response`` promises ("the
-    stream failed"): the Agent's, a ``TransportError`` caused by the SDK's
-    ``openai.RateLimitError`` (a client's error of another library is typed, with
-    ``.partial``, since session 9); the view raises it as it is.
+    stream failed"): the Agent's, typed and caused by the SDK's ``openai.RateLimitError``
+    (a client's error of another library is typed, with ``.partial``, since session 9;
+    one with an HTTP status is the ``HTTPStatusError`` of that status since session 10);
+    the view raises it as it is.
     """
 
     async def main() -> BaseException:
@@ -76,7 +77,9 @@ def test_live_view_of_a_turn_failing_with_an_sdk_error_raises_that_error() -> No
         raise AssertionError("the view did not fail")
 
     raised = asyncio.run(main())
-    assert isinstance(raised, TransportError), f"{type(raised).__name__}: {raised}"
+    # (the SDK's 429 is the HTTPStatusError of its status since session 10: retryable)
+    assert isinstance(raised, HTTPStatusError), f"{type(raised).__name__}: {raised}"
+    assert raised.status == 429
     assert "RateLimitError: slow down" in str(raised)  # (a view's copy has no __cause__)
 
 
