@@ -85,6 +85,8 @@ def _last_role(wire_format: WireFormat | None, body: Mapping[str, Any]) -> str |
     if kind in _MODEL_SIDE_ITEMS:
         return "assistant"
     role = last.get("role")
+    if role == "function":  # OpenAI's legacy tool result
+        return "tool"
     content = last.get("content")
     if (
         role == "user"
@@ -172,9 +174,10 @@ class RecordedRequest:
     def last_role(self) -> str | None:
         """Who spoke last, the same across formats: ``"user"``, ``"assistant"``
         (Responses: also a call, reasoning or provider-run tool item), ``"tool"`` (a
-        tool result: OpenAI ``tool`` message, Anthropic ``tool_result`` blocks, Responses
-        ``function_call_output`` and ``custom_tool_call_output``; and a Responses
-        ``mcp_approval_response``, the answer a remote MCP tool waited for) or ``"system"``."""
+        tool result: OpenAI ``tool`` message or legacy ``function`` message, Anthropic
+        ``tool_result`` blocks, Responses ``function_call_output`` and
+        ``custom_tool_call_output``; and a Responses ``mcp_approval_response``, the
+        answer a remote MCP tool waited for) or ``"system"``."""
         return _last_role(self.wire_format, self.body)
 
     @property
