@@ -98,6 +98,10 @@ def _last_role(wire_format: WireFormat | None, body: Mapping[str, Any]) -> str |
     return role if isinstance(role, str) else None
 
 
+#: The chat tool types that hold their name in a mapping named after the type.
+_CHAT_TOOL_TYPES: Final = ("function", "custom")
+
+
 @final
 @attrs.frozen
 class RecordedRequest:
@@ -164,8 +168,9 @@ class RecordedRequest:
         for tool in self.body.get("tools") or ():
             if not isinstance(tool, Mapping):
                 continue
-            function = tool.get("function")
-            name = function.get("name") if isinstance(function, Mapping) else tool.get("name")
+            kind = tool.get("type")  # chat nests the name under the type: function, custom
+            nested = tool.get(kind if kind in _CHAT_TOOL_TYPES else "function")
+            name = nested.get("name") if isinstance(nested, Mapping) else tool.get("name")
             if isinstance(name, str):
                 names.append(name)
         return tuple(names)
