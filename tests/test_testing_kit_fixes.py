@@ -6,6 +6,8 @@ Each failed on the commit before its fix, for the reason its docstring gives.
 
 from __future__ import annotations
 
+import pytest
+
 from rafrx.testing import RecordedRequest
 
 _CHAT = "/v1/chat/completions"
@@ -30,3 +32,26 @@ def test_tool_names_include_a_chat_custom_tool() -> None:
     ]
     request = RecordedRequest.build(_CHAT, {}, {"messages": [], "tools": tools})
     assert request.tool_names == ("search", "shell")
+
+
+@pytest.mark.parametrize(
+    ("item_type", "role"),
+    [
+        ("computer_call", "assistant"),
+        ("computer_call_output", "tool"),
+        ("local_shell_call", "assistant"),
+        ("local_shell_call_output", "tool"),
+        ("shell_call", "assistant"),
+        ("shell_call_output", "tool"),
+        ("apply_patch_call", "assistant"),
+        ("apply_patch_call_output", "tool"),
+    ],
+)
+def test_last_role_of_the_responses_tools_a_client_runs(item_type: str, role: str) -> None:
+    """A Responses request ending with the call or the output of a tool the client runs
+    other than a function (computer use, local shell, shell, apply patch) had ``last_role
+    None``: a script driving a computer-use agent could not tell the model's turn from
+    the tool's. Items without a ``role``: ``*_call`` is the model's, ``*_call_output``
+    the tool's, as for functions."""
+    body = {"input": [{"type": "message", "role": "user", "content": "Go"}, {"type": item_type}]}
+    assert RecordedRequest.build("/v1/responses", {}, body).last_role == role
