@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from rafrx.testing import RecordedRequest
+from rafrx.testing import LLMServer, RecordedRequest, Reply
 
 _CHAT = "/v1/chat/completions"
 
@@ -55,3 +55,15 @@ def test_last_role_of_the_responses_tools_a_client_runs(item_type: str, role: st
     the tool's, as for functions."""
     body = {"input": [{"type": "message", "role": "user", "content": "Go"}, {"type": item_type}]}
     assert RecordedRequest.build("/v1/responses", {}, body).last_role == role
+
+
+def test_script_refuses_what_is_not_a_function_and_says_where_it_goes() -> None:
+    """``server.script(Reply(text="hi"))`` (meaning "always answer this") was taken, and
+    every request then got an HTTP 500 "script raised TypeError: 'Reply' object is not
+    callable", far from the mistake. As ``enqueue`` refuses a function and names
+    ``script()``, ``script`` refuses a response and names where it goes."""
+    server = LLMServer()
+    with pytest.raises(TypeError, match=r"enqueue\(\).*default"):
+        server.script(Reply(text="hi"))  # type: ignore[type-var]
+    server.script(None)  # still removes the script
+    assert server.script(print) is print

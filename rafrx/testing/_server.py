@@ -293,6 +293,10 @@ class LLMServer:
         or :class:`~rafrx.testing.Fault`, becomes an HTTP 500 whose message
         names it.
 
+        Raises:
+            TypeError: ``fn`` is neither callable nor ``None`` (a response goes
+                to :meth:`enqueue`, or to :attr:`default` to answer every request).
+
         Example:
             >>> from rafrx.testing import Reply, ToolCallSpec
             >>> server = LLMServer()
@@ -302,6 +306,11 @@ class LLMServer:
             ...         return Reply(text="Done.")
             ...     return Reply(tool_calls=[ToolCallSpec("search", {"q": "rx"})])
         """
+        if fn is not None and not callable(fn):
+            raise TypeError(
+                f"script() takes a function of the request, not {reprlib.repr(fn)}"
+                " (a response goes to enqueue(), or to default for every request)"
+            )
         self._script = fn
         return fn
 
