@@ -67,3 +67,17 @@ def test_script_refuses_what_is_not_a_function_and_says_where_it_goes() -> None:
         server.script(Reply(text="hi"))  # type: ignore[type-var]
     server.script(None)  # still removes the script
     assert server.script(print) is print
+
+
+def test_a_default_that_is_no_response_is_refused_where_it_is_set() -> None:
+    """``LLMServer(default=...)`` and ``server.default = ...`` took anything: a string, or
+    a function meant as a script, was found only when a request fell through to it, as a
+    200 whose body broke off (a client's ``TransferEncodingError``) and an aiohttp
+    traceback in the log. Like ``enqueue``, both now refuse it with a ``TypeError``."""
+    with pytest.raises(TypeError, match="Reply, Replay or Fault"):
+        LLMServer(default="Hello")  # type: ignore[arg-type]
+    server = LLMServer()
+    with pytest.raises(TypeError, match=r"script\(\)"):
+        server.default = lambda request: Reply(text="hi")  # type: ignore[assignment]
+    server.default = Reply(text="fine")
+    assert server.default == Reply(text="fine")

@@ -49,6 +49,15 @@ _BACKLOG = 2048
 _MAX_REQUEST_BYTES = 64 * 1024 * 1024
 
 
+def _check_response(response: object) -> None:
+    """Raise ``TypeError`` unless ``response`` is one the server can answer with."""
+    if not isinstance(response, Reply | Replay | Fault):
+        raise TypeError(
+            f"the server answers with a Reply, Replay or Fault, not {response!r}"
+            + (" (a function goes to script())" if callable(response) else "")
+        )
+
+
 def _streaming(body: Any) -> bool:
     """Whether a request body asks for a stream (``"stream": true``)."""
     return isinstance(body, dict) and body.get("stream") is True
@@ -112,7 +121,8 @@ class LLMServer:
     Args:
         host: The interface to listen on.
         port: The port; ``0`` picks a free one.
-        default: The answer when the queue is empty and no script is set.
+        default: The answer when the queue is empty and no script is set
+            (a ``TypeError`` when it is not a response).
         keep_requests: How many of the latest requests :attr:`requests` keeps
             (``None``: all of them, for tests); :attr:`request_count` counts
             every one. ``rafrx serve``, which runs for days, keeps none.
@@ -145,7 +155,7 @@ class LLMServer:
         self.host = host
         self._requested_port = port  # 0: a free one, on each start
         self._port = port
-        self.default: ServerResponse = default
+        self.default = default
         self.requests: list[RecordedRequest] = []
         self.request_count = 0  # every request since the start (or reset()), kept or not
         self.keep_requests = keep_requests
@@ -261,6 +271,21 @@ class LLMServer:
 
     # ------------------------------------------------------------ behaviour
 
+    @property
+    def default(self) -> ServerResponse:
+        """The answer when the queue is empty and no script is set.
+
+        Raises:
+            TypeError: (on assignment) it is not a :class:`~rafrx.testing.Reply`,
+                :class:`~rafrx.testing.Replay` or :class:`~rafrx.testing.Fault`.
+        """
+        return self._default
+
+    @default.setter
+    def default(self, response: ServerResponse) -> None:
+        _check_response(response)
+        self._default = response
+
     def enqueue(self, *responses: ServerResponse) -> None:
         """Queue answers for the next requests, first in first out (thread-safe).
 
@@ -269,11 +294,7 @@ class LLMServer:
                 :class:`Replay` or :class:`Fault` (a script goes to :meth:`script`).
         """
         for response in responses:
-            if not isinstance(response, Reply | Replay | Fault):
-                raise TypeError(
-                    f"the server answers with a Reply, Replay or Fault, not {response!r}"
-                    + (" (a function goes to script())" if callable(response) else "")
-                )
+            _check_response(response)
         with self._lock:
             self._queue.extend(responses)
 
