@@ -6,6 +6,8 @@ Each failed on the commit before its fix, for the reason its docstring gives.
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from rafrx.testing import LLMServer, RecordedRequest, Reply
@@ -81,3 +83,19 @@ def test_a_default_that_is_no_response_is_refused_where_it_is_set() -> None:
         server.default = lambda request: Reply(text="hi")  # type: ignore[assignment]
     server.default = Reply(text="fine")
     assert server.default == Reply(text="fine")
+
+
+def test_thread_run_that_times_out_cancels_the_coroutine_and_says_so() -> None:
+    """``ServerThread.run(coro, timeout)`` raised a bare ``TimeoutError()`` (no message)
+    and left ``coro`` running on the server's loop: a ``wait_requests`` given up on still
+    waited there, and a script or a test waiting on it later saw it fire."""
+    thread = LLMServer.in_thread()
+    with thread as server:
+        with pytest.raises(TimeoutError, match=r"0\.1 s"):
+            thread.run(server.wait_requests(1, timeout=30), timeout=0.1)
+
+        async def others() -> list[asyncio.Task[object]]:
+            current = asyncio.current_task()
+            return [t for t in asyncio.all_tasks() if t is not current and not t.done()]
+
+        assert thread.run(others(), timeout=5) == []
