@@ -7,6 +7,7 @@ Each failed on the commit before its fix, for the reason its docstring gives.
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 
@@ -99,3 +100,16 @@ def test_thread_run_that_times_out_cancels_the_coroutine_and_says_so() -> None:
             return [t for t in asyncio.all_tasks() if t is not current and not t.done()]
 
         assert thread.run(others(), timeout=5) == []
+
+
+def test_waiting_on_a_server_from_another_event_loop_fails_at_once() -> None:
+    """Awaiting ``server.wait_requests`` on a loop other than the server's (a server run
+    ``in_thread``, or one started by a session fixture on another loop) hung: the
+    server's thread set an ``asyncio.Event`` of the other loop, which never woke up, so
+    the wait took its whole timeout, then returned as if it had succeeded. It now says at
+    once to run it on the server's loop."""
+    with LLMServer.in_thread() as server:
+        start = time.monotonic()
+        with pytest.raises(RuntimeError, match=r"server's event loop.*thread\.run\("):
+            asyncio.run(server.wait_requests(1, timeout=1.5))
+        assert time.monotonic() - start < 1

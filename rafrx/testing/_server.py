@@ -168,6 +168,7 @@ class LLMServer:
         self._server: _CountingServer | None = None
         self._closing: asyncio.Event | None = None
         self._changed: asyncio.Event | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None  # the one it was started on
 
     def __repr__(self) -> str:
         where = self.url if self._runner is not None else "not started"
@@ -199,6 +200,7 @@ class LLMServer:
             raise RuntimeError("the server is already started")
         self._closing = asyncio.Event()
         self._changed = asyncio.Event()
+        self._loop = asyncio.get_running_loop()
         server = _CountingServer(self, handler_cancellation=True, access_log=None)
         runner = web.ServerRunner(server, shutdown_timeout=_SHUTDOWN_TIMEOUT)
         await runner.setup()
@@ -364,14 +366,21 @@ class LLMServer:
 
     async def wait_until(self, predicate: Callable[[], bool], timeout: float = 5.0) -> None:
         """Wait until ``predicate()`` holds; checked after every request and
-        connection change.
+        connection change. Await it on the server's event loop (for a server
+        in a thread: ``thread.run(server.wait_until(...))``).
 
         Raises:
             TimeoutError: It did not hold within ``timeout`` seconds.
+            RuntimeError: The server is not started, or runs on another loop.
         """
         changed = self._changed
         if changed is None:
             raise RuntimeError("the server is not started")
+        if asyncio.get_running_loop() is not self._loop:
+            raise RuntimeError(
+                "wait on the server's event loop, not another one"
+                " (a server in a thread: thread.run(server.wait_requests(...)))"
+            )
         async with asyncio.timeout(timeout):
             while not predicate():
                 changed.clear()
