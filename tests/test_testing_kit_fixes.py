@@ -113,3 +113,15 @@ def test_waiting_on_a_server_from_another_event_loop_fails_at_once() -> None:
         with pytest.raises(RuntimeError, match=r"server's event loop.*thread\.run\("):
             asyncio.run(server.wait_requests(1, timeout=1.5))
         assert time.monotonic() - start < 1
+
+
+@pytest.mark.asyncio
+async def test_wait_requests_and_wait_until_say_what_they_waited_for() -> None:
+    """``wait_requests`` and ``wait_until`` timed out with a bare ``TimeoutError()``: a
+    failing test read "TimeoutError" and nothing else (how many requests came, how long
+    it waited), while ``wait_connections_closed`` said how many stayed open."""
+    async with LLMServer() as server:
+        with pytest.raises(TimeoutError, match=r"0 of 2 requests.*0\.05 s"):
+            await server.wait_requests(2, timeout=0.05)
+        with pytest.raises(TimeoutError, match=r"did not hold within 0\.05 s"):
+            await server.wait_until(lambda: False, timeout=0.05)

@@ -381,10 +381,16 @@ class LLMServer:
                 "wait on the server's event loop, not another one"
                 " (a server in a thread: thread.run(server.wait_requests(...)))"
             )
-        async with asyncio.timeout(timeout):
-            while not predicate():
-                changed.clear()
-                await changed.wait()
+        deadline = asyncio.timeout(timeout)
+        try:
+            async with deadline:
+                while not predicate():
+                    changed.clear()
+                    await changed.wait()
+        except TimeoutError:
+            if not deadline.expired():  # (the predicate's own)
+                raise
+            raise TimeoutError(f"the condition did not hold within {timeout} s") from None
 
     async def wait_connections_closed(self, timeout: float = 5.0) -> None:
         """Wait until every connection made so far is closed.
@@ -401,8 +407,18 @@ class LLMServer:
             ) from None
 
     async def wait_requests(self, count: int, timeout: float = 5.0) -> None:
-        """Wait until at least ``count`` requests have arrived."""
-        await self.wait_until(lambda: self.request_count >= count, timeout)
+        """Wait until at least ``count`` requests have arrived.
+
+        Raises:
+            TimeoutError: Fewer came within ``timeout`` seconds; the message
+                says how many.
+        """
+        try:
+            await self.wait_until(lambda: self.request_count >= count, timeout)
+        except TimeoutError:
+            raise TimeoutError(
+                f"{self.request_count} of {count} requests came within {timeout} s"
+            ) from None
 
     # ------------------------------------------------------------ handling
 
