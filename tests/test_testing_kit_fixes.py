@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import time
+from pathlib import Path
 
 import pytest
 
-from rafrx.testing import LLMServer, RecordedRequest, Reply
+from rafrx.errors import StreamTimeout
+from rafrx.recorder import load_sse, record_http
+from rafrx.testing import Fault, LLMServer, RecordedRequest, Reply
 
 _CHAT = "/v1/chat/completions"
 
@@ -125,3 +128,24 @@ async def test_wait_requests_and_wait_until_say_what_they_waited_for() -> None:
             await server.wait_requests(2, timeout=0.05)
         with pytest.raises(TimeoutError, match=r"did not hold within 0\.05 s"):
             await server.wait_until(lambda: False, timeout=0.05)
+
+
+@pytest.mark.asyncio
+async def test_record_http_that_times_out_says_so(tmp_path: Path) -> None:
+    """``record_http(..., timeout=...)`` against a stalled server raised
+    ``TransportError("recording <url> failed: TimeoutError: ")``: no word of a timeout
+    or of how long, nor that what came before the stall was saved; the timing file's
+    ``"error"`` was ``"TimeoutError: "``. It is now a ``StreamTimeout`` (a
+    ``TransportError``) saying how long it waited, and whether a body was saved."""
+    async with LLMServer() as server:
+        url = server.url + "/v1/messages"
+        server.enqueue(Fault.stall(5))  # before the headers: nothing to save
+        with pytest.raises(StreamTimeout, match=r"timed out after 0\.2 s$"):
+            await record_http(url, tmp_path / "a.sse", json_body={"stream": True}, timeout=0.2)
+        assert not (tmp_path / "a.sse").exists()
+        server.enqueue(Fault.stall(5, after_bytes=50))
+        with pytest.raises(StreamTimeout, match=r"timed out after 0\.2 s; what came is saved"):
+            await record_http(url, tmp_path / "b.sse", json_body={"stream": True}, timeout=0.2)
+        saved = load_sse(tmp_path / "b.sse")
+        assert len(saved.body) == 50
+        assert saved.meta["error"] == "TimeoutError"
