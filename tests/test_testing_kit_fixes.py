@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import time
+import types
 from pathlib import Path
 
 import pytest
 
 from rafrx.errors import StreamTimeout
 from rafrx.recorder import load_sse, record_http
-from rafrx.testing import Fault, LLMServer, RecordedRequest, Reply
+from rafrx.testing import Fault, LLMServer, RecordedRequest, Reply, ToolCallSpec
 
 _CHAT = "/v1/chat/completions"
 
@@ -149,3 +150,12 @@ async def test_record_http_that_times_out_says_so(tmp_path: Path) -> None:
         saved = load_sse(tmp_path / "b.sse")
         assert len(saved.body) == 50
         assert saved.meta["error"] == "TimeoutError"
+
+
+def test_tool_call_arguments_may_be_any_mapping() -> None:
+    """``ToolCallSpec.arguments`` is typed ``Mapping[str, Any]``, but a mapping that is no
+    dict (a ``MappingProxyType`` of shared, frozen test data) failed to serialise, and the
+    request got an HTTP 500 "cannot serve the Reply: TypeError: Object of type mappingproxy
+    is not JSON serializable"."""
+    frozen = types.MappingProxyType({"city": "Paris", "where": types.MappingProxyType({"x": 1})})
+    assert ToolCallSpec("weather", frozen).arguments_json() == '{"city":"Paris","where":{"x":1}}'

@@ -58,7 +58,16 @@ class ToolCallSpec:
         """The argument string as it goes on the wire."""
         if isinstance(self.arguments, str):
             return self.arguments
-        return json.dumps(self.arguments, ensure_ascii=False, separators=(",", ":"))
+        return json.dumps(
+            self.arguments, ensure_ascii=False, separators=(",", ":"), default=_mapping_as_dict
+        )
+
+
+def _mapping_as_dict(value: Any) -> dict[str, Any]:
+    """A mapping that is no dict, for :func:`json.dumps` (``MappingProxyType`` …)."""
+    if isinstance(value, Mapping):
+        return dict(value)
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
 
 
 def _tool_calls(value: Iterable[ToolCallSpec]) -> tuple[ToolCallSpec, ...]:
