@@ -159,3 +159,16 @@ def test_tool_call_arguments_may_be_any_mapping() -> None:
     is not JSON serializable"."""
     frozen = types.MappingProxyType({"city": "Paris", "where": types.MappingProxyType({"x": 1})})
     assert ToolCallSpec("weather", frozen).arguments_json() == '{"city":"Paris","where":{"x":1}}'
+
+
+def test_a_reply_refuses_tool_calls_that_are_no_tool_call_specs() -> None:
+    """``Reply(tool_calls=[{"name": "search"}])`` (the provider's shape, a natural slip)
+    was built, and failed only when served: an HTTP 500 "cannot serve the Reply:
+    AttributeError: 'dict' object has no attribute 'name'", in the middle of the agent
+    under test. A lone ``ToolCallSpec`` failed with "'ToolCallSpec' object is not
+    iterable". Both are now a ``TypeError`` where the reply is made, naming the type."""
+    with pytest.raises(TypeError, match=r"ToolCallSpec.*\{'name': 'search'\}"):
+        Reply(tool_calls=[{"name": "search"}])  # type: ignore[list-item]
+    with pytest.raises(TypeError, match=r"a list of ToolCallSpec"):
+        Reply(tool_calls=ToolCallSpec("search"))  # type: ignore[arg-type]
+    assert Reply(tool_calls=iter([ToolCallSpec("a")])).tool_calls == (ToolCallSpec("a"),)

@@ -71,7 +71,13 @@ def _mapping_as_dict(value: Any) -> dict[str, Any]:
 
 
 def _tool_calls(value: Iterable[ToolCallSpec]) -> tuple[ToolCallSpec, ...]:
-    return tuple(value)
+    if isinstance(value, ToolCallSpec):
+        raise TypeError("Reply.tool_calls takes a list of ToolCallSpec, not a lone one")
+    calls = tuple(value)
+    for call in calls:
+        if not isinstance(call, ToolCallSpec):
+            raise TypeError(f"Reply.tool_calls takes ToolCallSpec values, not {call!r}")
+    return calls
 
 
 def _finish(value: FinishReason | str | None) -> FinishReason | None:
