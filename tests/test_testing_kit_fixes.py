@@ -7,10 +7,12 @@ Each failed on the commit before its fix, for the reason its docstring gives.
 from __future__ import annotations
 
 import asyncio
+import io
 import time
 import types
 from pathlib import Path
 
+import aiohttp
 import pytest
 
 from rafrx.errors import StreamTimeout
@@ -172,3 +174,27 @@ def test_a_reply_refuses_tool_calls_that_are_no_tool_call_specs() -> None:
     with pytest.raises(TypeError, match=r"a list of ToolCallSpec"):
         Reply(tool_calls=ToolCallSpec("search"))  # type: ignore[arg-type]
     assert Reply(tool_calls=iter([ToolCallSpec("a")])).tool_calls == (ToolCallSpec("a"),)
+
+
+@pytest.mark.asyncio
+async def test_a_request_over_64_mib_gets_the_providers_413_and_is_recorded() -> None:
+    """A body over the 64 MiB the server reads got aiohttp's own answer: ``413`` as
+    ``text/plain`` "Maximum request body size 67108864 exceeded.", with no request id,
+    not recorded, so an agent's handling of Anthropic's ``request_too_large`` could not
+    be tested, and ``request_count`` missed it. It is now the provider's JSON error, with
+    a request id, and recorded (its ``json`` is ``None``: the body was not read)."""
+    async with LLMServer() as server, aiohttp.ClientSession() as http:
+        data = io.BytesIO(b'{"stream": true, "x": "' + b"a" * (64 * 1024 * 1024) + b'"}')
+        headers = {"Content-Type": "application/json", "x-api-key": "sk-ant-secret-1"}
+        url = server.url + "/v1/messages"
+        async with http.post(url, data=data, headers=headers) as resp:
+            status, answer_headers, body = resp.status, resp.headers, await resp.json()
+    assert status == 413
+    assert body["error"]["type"] == "request_too_large"
+    assert "request-id" in answer_headers
+    [request] = server.requests
+    assert (request.path, request.json, request.headers["x-api-key"]) == (
+        "/v1/messages",
+        None,
+        "***",
+    )

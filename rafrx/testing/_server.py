@@ -45,7 +45,7 @@ _SHUTDOWN_TIMEOUT = 0.5
 _BACKLOG = 2048
 
 #: The largest request body read (aiohttp's default, 1 MiB, is less than a
-#: long conversation); a larger one gets HTTP 413.
+#: long conversation); a larger one gets HTTP 413 in the provider's error shape.
 _MAX_REQUEST_BYTES = 64 * 1024 * 1024
 
 
@@ -110,7 +110,8 @@ class LLMServer:
     from the queue (:meth:`enqueue`), else asks the script (:meth:`script`),
     else gets :attr:`default`. A :class:`~rafrx.testing.Reply` is rendered in
     the wire format of the endpoint that was hit. Request bodies up to 64 MiB
-    are read and recorded; a larger one gets HTTP 413.
+    are read and recorded; a larger one is recorded without its body
+    (``json`` is ``None``) and gets HTTP 413 in the provider's error shape.
 
     The server only streams, as rafrx's clients always ask: a request whose
     JSON body lacks ``"stream": true`` is recorded, then answered HTTP 400 in
@@ -442,6 +443,15 @@ class LLMServer:
             return Fault.status(500, message=message)
         return answer
 
+    def _record_request(self, request: web.BaseRequest, body: Any) -> RecordedRequest:
+        """Record ``request`` with its parsed ``body``; tell the waiters."""
+        recorded = RecordedRequest.build(
+            request.path, request.headers.items(), body, request.method, request.query.items()
+        )
+        self._record(recorded)
+        self._notify()
+        return recorded
+
     def _record(self, request: RecordedRequest) -> None:
         with self._lock:
             self.request_count += 1
@@ -450,16 +460,17 @@ class LLMServer:
                 del self.requests[: len(self.requests) - self.keep_requests]
 
     async def _handle(self, request: web.BaseRequest) -> web.StreamResponse:
-        raw = await request.read()
+        try:
+            raw = await request.read()
+        except web.HTTPRequestEntityTooLarge as too_large:
+            self._record_request(request, None)
+            shape = WIRE_FORMATS.get(request.path, "openai-chat")
+            return error_response(shape, 413, too_large.text or "Request too large")
         try:
             body = json.loads(raw) if raw else None
         except ValueError:
             body = None
-        recorded = RecordedRequest.build(
-            request.path, request.headers.items(), body, request.method, request.query.items()
-        )
-        self._record(recorded)
-        self._notify()
+        recorded = self._record_request(request, body)
         wire_format = WIRE_FORMATS.get(request.path)
         if wire_format is None:
             message = f"no endpoint {request.method} {request.path}"
