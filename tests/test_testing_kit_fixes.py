@@ -198,3 +198,15 @@ async def test_a_request_over_64_mib_gets_the_providers_413_and_is_recorded() ->
         None,
         "***",
     )
+
+
+@pytest.mark.parametrize("status", [4290, 99, 0, -1])
+def test_a_fault_status_that_is_no_http_status_is_refused(status: int) -> None:
+    """``Fault.status(4290)`` (a typo) was built and served: the status line carried
+    4290, which no client parses, so the agent under test failed with a client-side
+    parse error that named no fault. An HTTP status has three digits."""
+    with pytest.raises(ValueError, match=f"three digits.*{status}"):
+        Fault.status(status)
+    with pytest.raises(ValueError, match=f"three digits.*{status}"):
+        Fault.wrong_content_type(status=status)
+    assert Fault.status(529).status_code == 529

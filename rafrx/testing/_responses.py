@@ -208,7 +208,7 @@ class Fault:
     """
 
     kind: FaultKind
-    status_code: int = 200
+    status_code: int = attrs.field(default=200)
     body: bytes | Reply | Replay | None = None
     at: int | None = None
     seconds: float = 0.0
@@ -224,6 +224,11 @@ class Fault:
     retry_after: str | None = None
     headers: Mapping[str, str] = attrs.field(factory=dict)
 
+    @status_code.validator
+    def _check_status_code(self, attribute: Any, value: int) -> None:
+        if not 100 <= value <= 999:
+            raise ValueError(f"an HTTP status has three digits (100-999), got {value}")
+
     @classmethod
     def status(
         cls,
@@ -238,7 +243,7 @@ class Fault:
         """An HTTP error status before any body.
 
         Args:
-            status: The HTTP status code.
+            status: The HTTP status code (three digits: a ``ValueError`` else).
             message: The error message; by default the reason phrase
                 (``Overloaded`` for 529, Anthropic's).
             error_type: The provider error type (``rate_limit_error`` …);
