@@ -210,3 +210,17 @@ def test_a_fault_status_that_is_no_http_status_is_refused(status: int) -> None:
     with pytest.raises(ValueError, match=f"three digits.*{status}"):
         Fault.wrong_content_type(status=status)
     assert Fault.status(529).status_code == 529
+
+
+def test_thread_run_on_a_stopped_thread_closes_the_coroutine_it_refuses() -> None:
+    """``thread.run(server.wait_requests(1))`` after the thread stopped raised its
+    ``RuntimeError`` but left the coroutine never awaited: a ``RuntimeWarning`` at
+    garbage collection, which the pytest setting ``filterwarnings = error`` pins on
+    whichever test runs then."""
+    thread = LLMServer.in_thread()
+    with thread as server:
+        pass
+    waiting = server.wait_requests(1)
+    with pytest.raises(RuntimeError, match="not running"):
+        thread.run(waiting)
+    assert waiting.cr_frame is None  # closed: nothing left to warn about

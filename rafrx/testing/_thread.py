@@ -81,8 +81,12 @@ class ServerThread:
         Raises:
             TimeoutError: It did not finish within ``timeout`` seconds; it is
                 cancelled (nothing of it goes on running on the server's loop).
+            RuntimeError: The thread is not running (``coro`` is closed).
         """
-        future = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        if self._loop is None:
+            coro.close()  # never to run: no "never awaited" warning
+            raise RuntimeError("the server thread is not running")
+        future = asyncio.run_coroutine_threadsafe(coro, self._loop)
         try:
             return future.result(timeout)
         except TimeoutError:
