@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import json
 import time
 import types
 from pathlib import Path
@@ -224,3 +225,23 @@ def test_thread_run_on_a_stopped_thread_closes_the_coroutine_it_refuses() -> Non
     with pytest.raises(RuntimeError, match="not running"):
         thread.run(waiting)
     assert waiting.cr_frame is None  # closed: nothing left to warn about
+
+
+@pytest.mark.asyncio
+async def test_a_script_whose_replies_ran_out_says_so() -> None:
+    """A script handing out replies from an iterator (``lambda r: next(replies)``) that
+    ran out answered "HTTP 500: script raised StopIteration: ", a message ending in a
+    colon and nothing after it. It now says the script's iterator ran out."""
+    async with LLMServer() as server, aiohttp.ClientSession() as http:
+        replies = iter([Reply(text="one")])
+        server.script(lambda request: next(replies))
+        messages = []
+        for _ in range(2):
+            async with http.post(server.url + _CHAT, json={"stream": True}) as resp:
+                messages.append((resp.status, await resp.text()))
+    assert messages[0][0] == 200
+    status, body = messages[1]
+    assert status == 500
+    assert json.loads(body)["error"]["message"] == (
+        "script raised StopIteration (an iterator of replies ran out?)"
+    )

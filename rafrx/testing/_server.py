@@ -19,6 +19,7 @@ from aiohttp.http_parser import RawRequestMessage
 from aiohttp.streams import StreamReader
 from aiohttp.web_protocol import RequestHandler
 
+from rafrx.errors import error_text
 from rafrx.testing._recorded import RecordedRequest
 from rafrx.testing._render import WIRE_FORMATS
 from rafrx.testing._responses import DEFAULT_REPLY, Fault, Replay, Reply, ServerResponse
@@ -56,6 +57,15 @@ def _check_response(response: object) -> None:
             f"the server answers with a Reply, Replay or Fault, not {response!r}"
             + (" (a function goes to script())" if callable(response) else "")
         )
+
+
+def _script_error(exc: Exception) -> str:
+    """The message of the HTTP 500 answering a script that raised ``exc``."""
+    name, text = type(exc).__name__, error_text(exc)
+    if text:
+        return f"script raised {name}: {text}"
+    ran_out = " (an iterator of replies ran out?)" if isinstance(exc, StopIteration) else ""
+    return f"script raised {name}{ran_out}"
 
 
 def _streaming(body: Any) -> bool:
@@ -436,7 +446,7 @@ class LLMServer:
                 answer = await answer
         except Exception as exc:
             _log.exception("LLMServer script failed")
-            return Fault.status(500, message=f"script raised {type(exc).__name__}: {exc}")
+            return Fault.status(500, message=_script_error(exc))
         if not isinstance(answer, Reply | Replay | Fault):
             message = f"script returned {reprlib.repr(answer)}, not a Reply, Replay or Fault"
             _log.error("LLMServer %s", message)
