@@ -22,14 +22,22 @@ import pytest
 
 from rafrx import Agent, AgentResponse, ChatMessage, collect_agent_response
 from rafrx import operators as ops
-from rafrx.errors import HTTPStatusError, StreamInterrupted
-from rafrx.recorder import load_sse, record_http, replay
+from rafrx.errors import (
+    ConnectTimeout,
+    ContentTypeError,
+    HTTPStatusError,
+    IdleTimeout,
+    LimitExceeded,
+    StreamInterrupted,
+)
+from rafrx.recorder import load_sse, record_http, replay, sample, samples
 from rafrx.sources.clients import (
     AnthropicClient,
     LLMClient,
     OpenAIChatClient,
     OpenAIResponsesClient,
     RetryPolicy,
+    Timeouts,
 )
 from rafrx.testing import (
     Fault,
@@ -325,3 +333,44 @@ def test_a_request_the_server_does_not_serve_is_recorded_with_its_answer_shape()
         assert "stream" in error["message"]
         assert server.queued == 1
         assert server.requests[0].json == {"model": "m"}
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize(
+    ("fault", "error"),
+    [
+        (Fault.stall(30), ConnectTimeout),
+        (Fault.stall(30, after_bytes=300), IdleTimeout),
+        (Fault.huge_line(size=20 * 1024 * 1024), LimitExceeded),
+        (Fault.wrong_content_type(), ContentTypeError),
+    ],
+    ids=["stall-before-headers", "stall-mid-body", "huge-line", "wrong-content-type"],
+)
+async def test_each_fault_reaches_the_agent_as_its_typed_error_and_is_cleaned_up(
+    fault: Fault, error: type[Exception]
+) -> None:
+    """The agent's client, with short timeouts, sees each fault as its own error type
+    within a fraction of the stall, and the server has no connection left after it."""
+    fast = Timeouts(connect=2, first_byte=0.2, idle=0.2)
+    async with LLMServer() as server:
+        server.enqueue(fault)
+        async with AnthropicClient(server.url, model="m", timeouts=fast) as client:
+            with pytest.raises(error):
+                await ask(client, "hi")
+        await server.wait_connections_closed(timeout=2)
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("name", samples())
+async def test_the_shipped_samples_replay_through_the_server_to_the_agents_client(
+    name: str,
+) -> None:
+    """Each sample recording, served paced by ``Replay``, reaches the client of its
+    format as the scripted turn: text and the two tool calls."""
+    fmt = load_sse(sample(name)).dialect
+    async with LLMServer() as server:
+        server.enqueue(Replay(sample(name), pacing=True))
+        async with CLIENTS[fmt](server.url, model="m") as client:
+            response = await ask(client, "hi")
+    assert response.text.startswith("Let me check the weather in Paris")
+    assert [call.name for call in response.tool_calls] == ["get_weather", "write_file"]
