@@ -374,3 +374,16 @@ async def test_the_shipped_samples_replay_through_the_server_to_the_agents_clien
             response = await ask(client, "hi")
     assert response.text.startswith("Let me check the weather in Paris")
     assert [call.name for call in response.tool_calls] == ["get_weather", "write_file"]
+
+
+def test_waiting_from_another_loop_for_what_already_happened_returns_at_once() -> None:
+    """``asyncio.run(server.wait_requests(1))`` on a server in a thread, once the request
+    came, returns (no wait needed, so no wake-up from the server's loop either)."""
+    with LLMServer.in_thread() as server:
+        request = urllib.request.Request(
+            server.url + PATHS["anthropic"], data=b'{"stream": true}', method="POST"
+        )
+        with urllib.request.urlopen(request, timeout=5) as answer:
+            answer.read()
+        asyncio.run(server.wait_requests(1, timeout=1))
+        assert server.request_count == 1

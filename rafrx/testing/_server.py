@@ -378,7 +378,8 @@ class LLMServer:
     async def wait_until(self, predicate: Callable[[], bool], timeout: float = 5.0) -> None:
         """Wait until ``predicate()`` holds; checked after every request and
         connection change. Await it on the server's event loop (for a server
-        in a thread: ``thread.run(server.wait_until(...))``).
+        in a thread: ``thread.run(server.wait_until(...))``): from another
+        loop, it is a ``RuntimeError`` unless the predicate holds already.
 
         Raises:
             TimeoutError: It did not hold within ``timeout`` seconds.
@@ -387,7 +388,7 @@ class LLMServer:
         changed = self._changed
         if changed is None:
             raise RuntimeError("the server is not started")
-        if asyncio.get_running_loop() is not self._loop:
+        if not predicate() and asyncio.get_running_loop() is not self._loop:  # (no wake-up)
             raise RuntimeError(
                 "wait on the server's event loop, not another one"
                 " (a server in a thread: thread.run(server.wait_requests(...)))"
