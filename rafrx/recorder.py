@@ -611,7 +611,8 @@ async def record_sse(
             seen.append((time.monotonic() - start, bytes(chunk)))
             yield chunk
     except Exception as exc:
-        info["error"] = f"{type(exc).__name__}: {errors.error_text(exc)}"
+        text = errors.error_text(exc)
+        info["error"] = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
         raise
     finally:
         info["end"] = round(time.monotonic() - start, 6)
@@ -645,6 +646,12 @@ async def record_http(
 
     Returns:
         The recording, as :func:`load_sse` would read it back.
+
+    Raises:
+        rafrx.errors.StreamInterrupted: The body broke off; what came is saved.
+        rafrx.errors.StreamTimeout: ``timeout`` elapsed; what came of the body,
+            if it began, is saved.
+        rafrx.errors.TransportError: The request failed otherwise.
     """
     import aiohttp
 
@@ -666,6 +673,7 @@ async def record_http(
     client_timeout = aiohttp.ClientTimeout(total=timeout)
     target = Path(path)
     shown = redact(url, secrets)
+    body_began = False
     try:
         async with (
             aiohttp.ClientSession(timeout=client_timeout) as session,
@@ -679,12 +687,17 @@ async def record_http(
                 "headers": redact_headers(dict(response.headers), secrets),
             }
             body = record_sse(response.content.iter_any(), target, meta=meta, secrets=secrets)
+            body_began = True
             async for _ in body:
                 pass
     except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError) as exc:
         message = f"the body from {shown} broke off ({type(exc).__name__}); what came is saved"
         raise errors.StreamInterrupted(redact(message, secrets)) from None
-    except (aiohttp.ClientError, TimeoutError) as exc:
+    except TimeoutError:
+        saved = "; what came is saved" if body_began else ""
+        message = f"recording {shown} timed out after {timeout} s{saved}"
+        raise errors.StreamTimeout(redact(message, secrets)) from None
+    except aiohttp.ClientError as exc:
         message = f"recording {shown} failed: {type(exc).__name__}: {exc}"
         raise errors.TransportError(redact(message, secrets)) from None
     return load_sse(target)

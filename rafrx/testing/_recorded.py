@@ -70,6 +70,11 @@ _MODEL_SIDE_ITEMS: Final = frozenset(
 )
 
 
+def _ends(kind: Any, suffix: str) -> bool:
+    """Whether an item's ``type`` is a string ending with ``suffix``."""
+    return isinstance(kind, str) and kind.endswith(suffix)
+
+
 def _last_role(wire_format: WireFormat | None, body: Mapping[str, Any]) -> str | None:
     items = body.get("input") if wire_format == "openai-responses" else body.get("messages")
     if isinstance(items, str):
@@ -80,11 +85,13 @@ def _last_role(wire_format: WireFormat | None, body: Mapping[str, Any]) -> str |
     if not isinstance(last, Mapping):
         return None
     kind = last.get("type")
-    if kind in _TOOL_SIDE_ITEMS:
+    if kind in _TOOL_SIDE_ITEMS or _ends(kind, "_call_output"):  # (computer_call_output …)
         return "tool"
-    if kind in _MODEL_SIDE_ITEMS:
+    if kind in _MODEL_SIDE_ITEMS or _ends(kind, "_call"):  # (computer_call, shell_call …)
         return "assistant"
     role = last.get("role")
+    if role == "function":  # OpenAI's legacy tool result
+        return "tool"
     content = last.get("content")
     if (
         role == "user"
@@ -94,6 +101,10 @@ def _last_role(wire_format: WireFormat | None, body: Mapping[str, Any]) -> str |
     ):
         return "tool"
     return role if isinstance(role, str) else None
+
+
+#: The chat tool types that hold their name in a mapping named after the type.
+_CHAT_TOOL_TYPES: Final = ("function", "custom")
 
 
 @final
@@ -162,8 +173,9 @@ class RecordedRequest:
         for tool in self.body.get("tools") or ():
             if not isinstance(tool, Mapping):
                 continue
-            function = tool.get("function")
-            name = function.get("name") if isinstance(function, Mapping) else tool.get("name")
+            kind = tool.get("type")  # chat nests the name under the type: function, custom
+            nested = tool.get(kind if kind in _CHAT_TOOL_TYPES else "function")
+            name = nested.get("name") if isinstance(nested, Mapping) else tool.get("name")
             if isinstance(name, str):
                 names.append(name)
         return tuple(names)
@@ -172,9 +184,11 @@ class RecordedRequest:
     def last_role(self) -> str | None:
         """Who spoke last, the same across formats: ``"user"``, ``"assistant"``
         (Responses: also a call, reasoning or provider-run tool item), ``"tool"`` (a
-        tool result: OpenAI ``tool`` message, Anthropic ``tool_result`` blocks, Responses
-        ``function_call_output`` and ``custom_tool_call_output``; and a Responses
-        ``mcp_approval_response``, the answer a remote MCP tool waited for) or ``"system"``."""
+        tool result: OpenAI ``tool`` message or legacy ``function`` message, Anthropic
+        ``tool_result`` blocks, Responses ``function_call_output``,
+        ``custom_tool_call_output`` and the other ``*_call_output`` items, such as
+        ``computer_call_output``; and a Responses ``mcp_approval_response``, the
+        answer a remote MCP tool waited for) or ``"system"``."""
         return _last_role(self.wire_format, self.body)
 
     @property

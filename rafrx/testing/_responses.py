@@ -58,11 +58,26 @@ class ToolCallSpec:
         """The argument string as it goes on the wire."""
         if isinstance(self.arguments, str):
             return self.arguments
-        return json.dumps(self.arguments, ensure_ascii=False, separators=(",", ":"))
+        return json.dumps(
+            self.arguments, ensure_ascii=False, separators=(",", ":"), default=_mapping_as_dict
+        )
+
+
+def _mapping_as_dict(value: Any) -> dict[str, Any]:
+    """A mapping that is no dict, for :func:`json.dumps` (``MappingProxyType`` …)."""
+    if isinstance(value, Mapping):
+        return dict(value)
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
 
 
 def _tool_calls(value: Iterable[ToolCallSpec]) -> tuple[ToolCallSpec, ...]:
-    return tuple(value)
+    if isinstance(value, ToolCallSpec):
+        raise TypeError("Reply.tool_calls takes a list of ToolCallSpec, not a lone one")
+    calls = tuple(value)
+    for call in calls:
+        if not isinstance(call, ToolCallSpec):
+            raise TypeError(f"Reply.tool_calls takes ToolCallSpec values, not {call!r}")
+    return calls
 
 
 def _finish(value: FinishReason | str | None) -> FinishReason | None:
@@ -193,7 +208,7 @@ class Fault:
     """
 
     kind: FaultKind
-    status_code: int = 200
+    status_code: int = attrs.field(default=200)
     body: bytes | Reply | Replay | None = None
     at: int | None = None
     seconds: float = 0.0
@@ -209,6 +224,11 @@ class Fault:
     retry_after: str | None = None
     headers: Mapping[str, str] = attrs.field(factory=dict)
 
+    @status_code.validator
+    def _check_status_code(self, attribute: Any, value: int) -> None:
+        if not 100 <= value <= 999:
+            raise ValueError(f"an HTTP status has three digits (100-999), got {value}")
+
     @classmethod
     def status(
         cls,
@@ -223,7 +243,7 @@ class Fault:
         """An HTTP error status before any body.
 
         Args:
-            status: The HTTP status code.
+            status: The HTTP status code (three digits: a ``ValueError`` else).
             message: The error message; by default the reason phrase
                 (``Overloaded`` for 529, Anthropic's).
             error_type: The provider error type (``rate_limit_error`` …);

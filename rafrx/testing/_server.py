@@ -19,6 +19,7 @@ from aiohttp.http_parser import RawRequestMessage
 from aiohttp.streams import StreamReader
 from aiohttp.web_protocol import RequestHandler
 
+from rafrx.errors import error_text
 from rafrx.testing._recorded import RecordedRequest
 from rafrx.testing._render import WIRE_FORMATS
 from rafrx.testing._responses import DEFAULT_REPLY, Fault, Replay, Reply, ServerResponse
@@ -45,8 +46,26 @@ _SHUTDOWN_TIMEOUT = 0.5
 _BACKLOG = 2048
 
 #: The largest request body read (aiohttp's default, 1 MiB, is less than a
-#: long conversation); a larger one gets HTTP 413.
+#: long conversation); a larger one gets HTTP 413 in the provider's error shape.
 _MAX_REQUEST_BYTES = 64 * 1024 * 1024
+
+
+def _check_response(response: object) -> None:
+    """Raise ``TypeError`` unless ``response`` is one the server can answer with."""
+    if not isinstance(response, Reply | Replay | Fault):
+        raise TypeError(
+            f"the server answers with a Reply, Replay or Fault, not {response!r}"
+            + (" (a function goes to script())" if callable(response) else "")
+        )
+
+
+def _script_error(exc: Exception) -> str:
+    """The message of the HTTP 500 answering a script that raised ``exc``."""
+    name, text = type(exc).__name__, error_text(exc)
+    if text:
+        return f"script raised {name}: {text}"
+    ran_out = " (an iterator of replies ran out?)" if isinstance(exc, StopIteration) else ""
+    return f"script raised {name}{ran_out}"
 
 
 def _streaming(body: Any) -> bool:
@@ -101,7 +120,8 @@ class LLMServer:
     from the queue (:meth:`enqueue`), else asks the script (:meth:`script`),
     else gets :attr:`default`. A :class:`~rafrx.testing.Reply` is rendered in
     the wire format of the endpoint that was hit. Request bodies up to 64 MiB
-    are read and recorded; a larger one gets HTTP 413.
+    are read and recorded; a larger one is recorded without its body
+    (``json`` is ``None``) and gets HTTP 413 in the provider's error shape.
 
     The server only streams, as rafrx's clients always ask: a request whose
     JSON body lacks ``"stream": true`` is recorded, then answered HTTP 400 in
@@ -112,7 +132,8 @@ class LLMServer:
     Args:
         host: The interface to listen on.
         port: The port; ``0`` picks a free one.
-        default: The answer when the queue is empty and no script is set.
+        default: The answer when the queue is empty and no script is set
+            (a ``TypeError`` when it is not a response).
         keep_requests: How many of the latest requests :attr:`requests` keeps
             (``None``: all of them, for tests); :attr:`request_count` counts
             every one. ``rafrx serve``, which runs for days, keeps none.
@@ -145,7 +166,7 @@ class LLMServer:
         self.host = host
         self._requested_port = port  # 0: a free one, on each start
         self._port = port
-        self.default: ServerResponse = default
+        self.default = default
         self.requests: list[RecordedRequest] = []
         self.request_count = 0  # every request since the start (or reset()), kept or not
         self.keep_requests = keep_requests
@@ -158,6 +179,7 @@ class LLMServer:
         self._server: _CountingServer | None = None
         self._closing: asyncio.Event | None = None
         self._changed: asyncio.Event | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None  # the one it was started on
 
     def __repr__(self) -> str:
         where = self.url if self._runner is not None else "not started"
@@ -189,6 +211,7 @@ class LLMServer:
             raise RuntimeError("the server is already started")
         self._closing = asyncio.Event()
         self._changed = asyncio.Event()
+        self._loop = asyncio.get_running_loop()
         server = _CountingServer(self, handler_cancellation=True, access_log=None)
         runner = web.ServerRunner(server, shutdown_timeout=_SHUTDOWN_TIMEOUT)
         await runner.setup()
@@ -261,6 +284,21 @@ class LLMServer:
 
     # ------------------------------------------------------------ behaviour
 
+    @property
+    def default(self) -> ServerResponse:
+        """The answer when the queue is empty and no script is set.
+
+        Raises:
+            TypeError: (on assignment) it is not a :class:`~rafrx.testing.Reply`,
+                :class:`~rafrx.testing.Replay` or :class:`~rafrx.testing.Fault`.
+        """
+        return self._default
+
+    @default.setter
+    def default(self, response: ServerResponse) -> None:
+        _check_response(response)
+        self._default = response
+
     def enqueue(self, *responses: ServerResponse) -> None:
         """Queue answers for the next requests, first in first out (thread-safe).
 
@@ -269,11 +307,7 @@ class LLMServer:
                 :class:`Replay` or :class:`Fault` (a script goes to :meth:`script`).
         """
         for response in responses:
-            if not isinstance(response, Reply | Replay | Fault):
-                raise TypeError(
-                    f"the server answers with a Reply, Replay or Fault, not {response!r}"
-                    + (" (a function goes to script())" if callable(response) else "")
-                )
+            _check_response(response)
         with self._lock:
             self._queue.extend(responses)
 
@@ -293,6 +327,10 @@ class LLMServer:
         or :class:`~rafrx.testing.Fault`, becomes an HTTP 500 whose message
         names it.
 
+        Raises:
+            TypeError: ``fn`` is neither callable nor ``None`` (a response goes
+                to :meth:`enqueue`, or to :attr:`default` to answer every request).
+
         Example:
             >>> from rafrx.testing import Reply, ToolCallSpec
             >>> server = LLMServer()
@@ -302,6 +340,11 @@ class LLMServer:
             ...         return Reply(text="Done.")
             ...     return Reply(tool_calls=[ToolCallSpec("search", {"q": "rx"})])
         """
+        if fn is not None and not callable(fn):
+            raise TypeError(
+                f"script() takes a function of the request, not {reprlib.repr(fn)}"
+                " (a response goes to enqueue(), or to default for every request)"
+            )
         self._script = fn
         return fn
 
@@ -334,18 +377,32 @@ class LLMServer:
 
     async def wait_until(self, predicate: Callable[[], bool], timeout: float = 5.0) -> None:
         """Wait until ``predicate()`` holds; checked after every request and
-        connection change.
+        connection change. Await it on the server's event loop (for a server
+        in a thread: ``thread.run(server.wait_until(...))``): from another
+        loop, it is a ``RuntimeError`` unless the predicate holds already.
 
         Raises:
             TimeoutError: It did not hold within ``timeout`` seconds.
+            RuntimeError: The server is not started, or runs on another loop.
         """
         changed = self._changed
         if changed is None:
             raise RuntimeError("the server is not started")
-        async with asyncio.timeout(timeout):
-            while not predicate():
-                changed.clear()
-                await changed.wait()
+        if not predicate() and asyncio.get_running_loop() is not self._loop:  # (no wake-up)
+            raise RuntimeError(
+                "wait on the server's event loop, not another one"
+                " (a server in a thread: thread.run(server.wait_requests(...)))"
+            )
+        deadline = asyncio.timeout(timeout)
+        try:
+            async with deadline:
+                while not predicate():
+                    changed.clear()
+                    await changed.wait()
+        except TimeoutError:
+            if not deadline.expired():  # (the predicate's own)
+                raise
+            raise TimeoutError(f"the condition did not hold within {timeout} s") from None
 
     async def wait_connections_closed(self, timeout: float = 5.0) -> None:
         """Wait until every connection made so far is closed.
@@ -362,8 +419,18 @@ class LLMServer:
             ) from None
 
     async def wait_requests(self, count: int, timeout: float = 5.0) -> None:
-        """Wait until at least ``count`` requests have arrived."""
-        await self.wait_until(lambda: self.request_count >= count, timeout)
+        """Wait until at least ``count`` requests have arrived.
+
+        Raises:
+            TimeoutError: Fewer came within ``timeout`` seconds; the message
+                says how many.
+        """
+        try:
+            await self.wait_until(lambda: self.request_count >= count, timeout)
+        except TimeoutError:
+            raise TimeoutError(
+                f"{self.request_count} of {count} requests came within {timeout} s"
+            ) from None
 
     # ------------------------------------------------------------ handling
 
@@ -380,12 +447,21 @@ class LLMServer:
                 answer = await answer
         except Exception as exc:
             _log.exception("LLMServer script failed")
-            return Fault.status(500, message=f"script raised {type(exc).__name__}: {exc}")
+            return Fault.status(500, message=_script_error(exc))
         if not isinstance(answer, Reply | Replay | Fault):
             message = f"script returned {reprlib.repr(answer)}, not a Reply, Replay or Fault"
             _log.error("LLMServer %s", message)
             return Fault.status(500, message=message)
         return answer
+
+    def _record_request(self, request: web.BaseRequest, body: Any) -> RecordedRequest:
+        """Record ``request`` with its parsed ``body``; tell the waiters."""
+        recorded = RecordedRequest.build(
+            request.path, request.headers.items(), body, request.method, request.query.items()
+        )
+        self._record(recorded)
+        self._notify()
+        return recorded
 
     def _record(self, request: RecordedRequest) -> None:
         with self._lock:
@@ -395,16 +471,17 @@ class LLMServer:
                 del self.requests[: len(self.requests) - self.keep_requests]
 
     async def _handle(self, request: web.BaseRequest) -> web.StreamResponse:
-        raw = await request.read()
+        try:
+            raw = await request.read()
+        except web.HTTPRequestEntityTooLarge as too_large:
+            self._record_request(request, None)
+            shape = WIRE_FORMATS.get(request.path, "openai-chat")
+            return error_response(shape, 413, too_large.text or "Request too large")
         try:
             body = json.loads(raw) if raw else None
         except ValueError:
             body = None
-        recorded = RecordedRequest.build(
-            request.path, request.headers.items(), body, request.method, request.query.items()
-        )
-        self._record(recorded)
-        self._notify()
+        recorded = self._record_request(request, body)
         wire_format = WIRE_FORMATS.get(request.path)
         if wire_format is None:
             message = f"no endpoint {request.method} {request.path}"

@@ -77,8 +77,24 @@ class ServerThread:
         """Run a coroutine on the server's loop and return its result.
 
         Example: ``thread.run(thread.server.wait_connections_closed())``.
+
+        Raises:
+            TimeoutError: It did not finish within ``timeout`` seconds; it is
+                cancelled (nothing of it goes on running on the server's loop).
+            RuntimeError: The thread is not running (``coro`` is closed).
         """
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+        if self._loop is None:
+            coro.close()  # never to run: no "never awaited" warning
+            raise RuntimeError("the server thread is not running")
+        future = asyncio.run_coroutine_threadsafe(coro, self._loop)
+        try:
+            return future.result(timeout)
+        except TimeoutError:
+            if future.done():  # the coroutine's own TimeoutError
+                raise
+            future.cancel()
+            name = getattr(coro, "__qualname__", "the coroutine")
+            raise TimeoutError(f"{name} did not finish within {timeout} s: cancelled") from None
 
     def stop(self) -> None:
         """Close the server, stop the loop and join the thread.
