@@ -752,7 +752,8 @@ async def test_a_recorded_tool_turn_replayed_drives_the_agent_like_the_live_prov
 def test_a_sync_test_drives_an_agent_through_a_server_thread_turn_after_turn() -> None:
     """A product's plain (non-async) test: one client and agent, ``asyncio.run`` per turn
     (a new loop each time); every connection is closed when each run ends."""
-    with LLMServer.in_thread() as threaded:
+    threaded_runner = LLMServer.in_thread()
+    with threaded_runner as threaded:
         threaded.script(tool_then_answer)
         client = AnthropicClient(threaded.url, "k", model="m")
         history = InMemoryHistoryProvider()
@@ -760,6 +761,8 @@ def test_a_sync_test_drives_an_agent_through_a_server_thread_turn_after_turn() -
         texts = [asyncio.run(agent.send(f"turn {i}")).text for i in range(3)]
         assert texts == ["It is sunny."] * 3
         assert len(history.messages) == 12
+        # (each run closed its connections; the server sees the last close a moment later)
+        threaded_runner.run(threaded.wait_connections_closed(), timeout=5)
         assert threaded.open_connections == 0
         for request in threaded.requests:
             assert wire_problems(request) == []
