@@ -28,7 +28,6 @@ Example:
 
 from __future__ import annotations
 
-import asyncio
 import os
 import re
 import threading
@@ -40,6 +39,7 @@ import attrs
 from rafrx import content as c
 from rafrx import messages
 from rafrx._fragments import join_surrogates
+from rafrx._later import Later, call_later
 from rafrx.errors import error_text
 from rafrx.events import FinishEvent, ResponseStartedEvent, ToolApprovalRequestEvent
 from rafrx.notebook._format import BIDI_CONTROLS, LONG_ARG_BYTES, human_size, one_line, usage_line
@@ -132,7 +132,7 @@ class TerminalRenderer:
         self._progress: dict[tuple[str, str], int] = {}
         self._last_progress = 0.0
         self._unshown: tuple[str, int] | None = None  # the progress update not drawn yet
-        self._redraw: asyncio.TimerHandle | threading.Timer | None = None
+        self._redraw: Later | None = None
         # The stream may emit on a worker thread while the redraw timer fires on another.
         self._lock = threading.RLock()
         self._steps = 0
@@ -320,14 +320,8 @@ class TerminalRenderer:
 
     def _redraw_soon(self, wait: float) -> None:
         """Draw the last progress update in ``wait`` seconds, unless a draw comes first."""
-        if self._redraw is not None:
-            return
-        try:
-            self._redraw = asyncio.get_running_loop().call_later(wait, self._on_redraw)
-        except RuntimeError:  # emitted off any loop (a worker thread): a thread's timer
-            timer = self._redraw = threading.Timer(wait, self._on_redraw)
-            timer.daemon = True
-            timer.start()
+        if self._redraw is None:
+            self._redraw = call_later(wait, self._on_redraw)
 
     def _on_redraw(self) -> None:
         with self._lock:

@@ -29,6 +29,7 @@ from reactivex import Observable, abc
 
 from rafrx._call import call_on
 from rafrx._cycles import detached
+from rafrx._later import Later, call_later
 from rafrx.errors import RafrxError, error_text
 from rafrx.notebook._display import Display, DisplayHandle, default_display
 from rafrx.notebook._render import LiveSnapshot, live_html, live_text
@@ -63,7 +64,7 @@ class LiveView:
         self._interval = interval
         self._aggregator = ResponseAggregator(agent_id)
         self._last_render = -math.inf
-        self._timer: asyncio.TimerHandle | threading.Timer | None = None
+        self._timer: Later | None = None
         # A stream may emit on a worker thread while a timer renders on another: one at a time.
         self._lock = threading.RLock()
         self._response: AgentResponse | None = None
@@ -196,14 +197,8 @@ class LiveView:
         if wait <= 0:
             self._render()
             return
-        if self._timer is not None:
-            return
-        try:
-            self._timer = asyncio.get_running_loop().call_later(wait, self._on_timer)
-        except RuntimeError:  # emitted off any loop (a worker thread): a thread's timer
-            timer = self._timer = threading.Timer(wait, self._on_timer)
-            timer.daemon = True
-            timer.start()
+        if self._timer is None:
+            self._timer = call_later(wait, self._on_timer)
 
     def _on_timer(self) -> None:
         with self._lock:
