@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Sequence
+from collections.abc import Container, Sequence
 from typing import cast
 
 from rafrx.errors import ProtocolError
@@ -21,12 +21,31 @@ from rafrx.updates import (
     Update,
 )
 
-__all__ = ["LegacyDeltaSplitter", "new_call_id", "split_legacy_delta"]
+__all__ = ["LegacyDeltaSplitter", "new_call_id", "split_legacy_delta", "unique_call_id"]
 
 
 def new_call_id() -> str:
     """A fresh tool-call id for providers that send none (unique across turns)."""
     return f"call_{uuid.uuid4().hex[:24]}"
+
+
+def unique_call_id(call_id: str, taken: Container[str], next_suffix: dict[str, int]) -> str:
+    """``call_id`` of another call (a provider giving parallel calls one id) made unique
+    among ``taken``: ``<id>_2``, ``<id>_3`` … ``next_suffix`` keeps the suffix each reused
+    id tries next, so the work stays linear however many calls reuse one id.
+
+    Example:
+        >>> taken, next_suffix = {"c", "c_3"}, {}
+        >>> unique_call_id("c", taken, next_suffix), next_suffix
+        ('c_2', {'c': 3})
+        >>> unique_call_id("c", taken, next_suffix)  # (c_3 is taken)
+        'c_4'
+    """
+    n = next_suffix.get(call_id, 2)
+    while f"{call_id}_{n}" in taken:
+        n += 1
+    next_suffix[call_id] = n + 1
+    return f"{call_id}_{n}"
 
 
 class _Slot:
@@ -133,7 +152,7 @@ class LegacyDeltaSplitter:
         self._slots: dict[int, _Slot] = {}
         self._open: list[_Slot] = []  # started calls, in start order
         self._ids: set[str] = set()  # the ids of the calls started in this response
-        self._suffixes: dict[str, int] = {}  # a reused id → the next suffix to try (_unique)
+        self._suffixes: dict[str, int] = {}  # a reused id → the next suffix to try (unique_call_id)
 
     def step(self, update: Update) -> Sequence[AgentResponseUpdate]:
         if type(update) is ToolCallDelta:
@@ -229,7 +248,7 @@ class LegacyDeltaSplitter:
             elif slot.id in self._ids:
                 # Another call by that id (DeepSeek, GLM and Kimi may give parallel calls
                 # one id): one id each, for each to be answered apart.
-                slot.id = self._unique(slot.id)
+                slot.id = unique_call_id(slot.id, self._ids, self._suffixes)
             self._ids.add(slot.id)
             self._open.append(slot)
             out.append(ToolCallStart(slot.id, slot.name))
@@ -238,15 +257,6 @@ class LegacyDeltaSplitter:
                 slot.held.clear()
             out += _named_extras(slot, slot.id)
         return out
-
-    def _unique(self, call_id: str) -> str:
-        """``call_id`` made unique among this response's calls: ``<id>_2``, ``<id>_3``…
-        (each id reused goes on from its last suffix: linear work in the calls)."""
-        n = self._suffixes.get(call_id, 2)
-        while f"{call_id}_{n}" in self._ids:
-            n += 1
-        self._suffixes[call_id] = n + 1
-        return f"{call_id}_{n}"
 
     def _end_all(self) -> list[AgentResponseUpdate]:
         for index, slot in self._slots.items():

@@ -71,6 +71,7 @@ import msgspec
 from rafrx import response
 from rafrx.errors import IncompleteStream
 from rafrx.messages import CONTAINER_REF, PAUSE_TURN_REF, TEXT_REF, TOOL_USE_REF, _tool_use_extra
+from rafrx.operators._split_legacy_delta import unique_call_id
 from rafrx.response import FinishReason
 from rafrx.sources.dialects._common import (
     as_int,
@@ -228,7 +229,9 @@ class AnthropicDialect:
         # those blocks stood goes into provider_data, as TEXT_REF / TOOL_USE_REF blocks.
         self._text_chars = 0  # the message's text so far (where each text block stands)
         self._refs: list[dict[str, Any]] = []  # text / tool_use refs, until a thinking block
-        self._call_ref_waits = False  # a tool_use ref is among them (see _after_a_call)
+        # A tool_use ref is among them: noted as they come (looking among them at each
+        # text block's end would cost quadratic work in a message of many blocks).
+        self._call_ref_waits = False
         self._interleaved = False  # one did: each ref goes out as its block ends
 
     @property
@@ -382,11 +385,7 @@ class AnthropicDialect:
         """
         block = self._blocks.get(index)
         if call_id in self._call_ids and not (block is not None and block.id == call_id):
-            n = self._call_suffixes.get(call_id, 2)  # (from the last one: linear work)
-            while f"{call_id}_{n}" in self._call_ids:
-                n += 1
-            self._call_suffixes[call_id] = n + 1
-            call_id = f"{call_id}_{n}"
+            call_id = unique_call_id(call_id, self._call_ids, self._call_suffixes)
         self._call_ids.add(call_id)
         return call_id
 
@@ -409,12 +408,6 @@ class AnthropicDialect:
         self._refs.append(ref)
         self._call_ref_waits = self._call_ref_waits or ref["type"] == TOOL_USE_REF
         return self._thinking_starts() if needed else []
-
-    def _after_a_call(self) -> bool:
-        """Whether a ``tool_use`` block came before the text block that ends now (its
-        text does not join the text before the call). Known as the refs come, not
-        looked for among them: a message of many blocks would cost quadratic work."""
-        return self._call_ref_waits
 
     def _block_delta(
         self, event: ServerSentEvent, data: dict[str, Any]
@@ -496,7 +489,8 @@ class AnthropicDialect:
             return [ReasoningDelta("", provider_data=whole)]
         if block.type == "text" and self._text_chars > block.start:
             ref = {"type": TEXT_REF, "chars": self._text_chars - block.start}
-            return self._ref(ref, needed=self._after_a_call())
+            # (text after a call: it goes back in its place, not joined to the text before)
+            return self._ref(ref, needed=self._call_ref_waits)
         if block.whole is not None:
             return [ReasoningDelta("", provider_data=_server_block(block.whole, block.thinking))]
         return []

@@ -69,6 +69,7 @@ from rafrx.messages import (
     MESSAGE_REF,
     OPENAI_SERVER_TOOL_ITEMS,
 )
+from rafrx.operators._split_legacy_delta import unique_call_id
 from rafrx.response import FinishReason
 from rafrx.sources.dialects._common import (
     CUSTOM_INPUT_HEAD,
@@ -332,11 +333,7 @@ class OpenAIResponsesDialect:
         if known is not None and not (added and item_id is not None and item_id != known):
             return []  # known: by its item id, or (an item first sent without one) its call id
         if call_id in self._call_keys:  # another item repeating a call id: a call of its own
-            n = self._call_suffixes.get(call_id, 2)  # (from the last one: linear work)
-            while f"{call_id}_{n}" in self._call_keys:
-                n += 1
-            self._call_suffixes[call_id] = n + 1
-            call_id = f"{call_id}_{n}"
+            call_id = unique_call_id(call_id, self._call_keys, self._call_suffixes)
         custom = item.get("type") == "custom_tool_call"
         key = item_id or call_id
         self._calls[key] = _Call(call_id, custom)
