@@ -74,6 +74,7 @@ from rafrx.operators import convert
 from rafrx.operators._aggregate import ResponseAggregator, collect_agent_response
 from rafrx.operators._execute_tools import Approver, clip, execute_tools, tool_table
 from rafrx.response import AgentResponse, AgentResponseResult, FinishReason
+from rafrx.sources._failures import request_id
 from rafrx.sources._policy import parse_retry_after
 from rafrx.tools import Tool, as_tool
 from rafrx.typing import Operator
@@ -523,7 +524,7 @@ def _client_error(error: Exception) -> RafrxError:
             status,
             message=f"HTTP {status}: {said}",
             retry_after=parse_retry_after(headers),
-            request_id=headers.get("x-request-id") or headers.get("request-id"),
+            request_id=request_id(headers),
         )
     failed.__cause__ = error
     return failed

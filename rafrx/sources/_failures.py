@@ -20,7 +20,14 @@ from aiohttp.http_exceptions import (
 from rafrx._partial_json import partial_json
 from rafrx.errors import RafrxError
 
-__all__ = ["body_text", "first_line", "note_attempts", "provider_error", "why_broken"]
+__all__ = [
+    "body_text",
+    "first_line",
+    "note_attempts",
+    "provider_error",
+    "request_id",
+    "why_broken",
+]
 
 
 def body_text(data: bytes, response: aiohttp.ClientResponse) -> str:
@@ -84,6 +91,12 @@ def _json_of(body: str, *, cut: bool) -> Any:
         return partial_json(body)
     except (ValueError, RecursionError):
         return None
+
+
+def request_id(headers: Mapping[str, str]) -> str | None:
+    """The server's id for a request: OpenAI's ``x-request-id``, Anthropic's ``request-id``
+    (``headers`` matched as given: aiohttp's ignore case, a plain dict's in lower case)."""
+    return headers.get("x-request-id") or headers.get("request-id")
 
 
 def first_line(text: str, limit: int = 200) -> str | None:

@@ -67,6 +67,7 @@ from rafrx.sources._failures import (
     first_line,
     note_attempts,
     provider_error,
+    request_id,
     why_broken,
 )
 from rafrx.sources._idle import IdleTimer
@@ -445,7 +446,7 @@ class _StreamCall:
         self.request_id = None
         response = await self._send()
         self.response = response
-        self.request_id = _request_id(response.headers)
+        self.request_id = request_id(response.headers)
         if response.status >= 300:  # redirects are not followed (see stream_updates)
             raise await self._status_error(response)
         head = b""  # (read to see what a body that is said not to be an event stream is)
@@ -671,7 +672,7 @@ class _StreamCall:
             error_type=error_type,
             code=code,
             retry_after=parse_retry_after(headers),
-            request_id=_request_id(headers),
+            request_id=request_id(headers),
         )
         if error.retryable and not is_retryable(error_type, code, response.status):
             error.retryable = False  # a 429 for an exhausted quota: waiting does not help
@@ -722,11 +723,6 @@ def _host_and_port(host: str, port: int | None) -> str:
     """
     shown = f"[{host}]" if ":" in host else host
     return shown if port is None else f"{shown}:{port}"
-
-
-def _request_id(headers: Mapping[str, str]) -> str | None:
-    """The server's id for a request: OpenAI's ``x-request-id``, Anthropic's ``request-id``."""
-    return headers.get("x-request-id") or headers.get("request-id")
 
 
 def _json_body(session: aiohttp.ClientSession, payload: Mapping[str, Any]) -> aiohttp.Payload:
