@@ -74,8 +74,7 @@ from rafrx.operators import convert
 from rafrx.operators._aggregate import ResponseAggregator, collect_agent_response
 from rafrx.operators._execute_tools import Approver, clip, execute_tools, tool_table
 from rafrx.response import AgentResponse, AgentResponseResult, FinishReason
-from rafrx.sources._failures import request_id
-from rafrx.sources._policy import parse_retry_after
+from rafrx.sources._policy import parse_retry_after, request_id
 from rafrx.tools import Tool, as_tool
 from rafrx.typing import Operator
 from rafrx.updates import ToolCalled, Update

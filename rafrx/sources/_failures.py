@@ -25,7 +25,6 @@ __all__ = [
     "first_line",
     "note_attempts",
     "provider_error",
-    "request_id",
     "why_broken",
 ]
 
@@ -91,12 +90,6 @@ def _json_of(body: str, *, cut: bool) -> Any:
         return partial_json(body)
     except (ValueError, RecursionError):
         return None
-
-
-def request_id(headers: Mapping[str, str]) -> str | None:
-    """The server's id for a request: OpenAI's ``x-request-id``, Anthropic's ``request-id``
-    (``headers`` matched as given: aiohttp's ignore case, a plain dict's in lower case)."""
-    return headers.get("x-request-id") or headers.get("request-id")
 
 
 def first_line(text: str, limit: int = 200) -> str | None:

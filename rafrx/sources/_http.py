@@ -67,11 +67,10 @@ from rafrx.sources._failures import (
     first_line,
     note_attempts,
     provider_error,
-    request_id,
     why_broken,
 )
 from rafrx.sources._idle import IdleTimer
-from rafrx.sources._policy import RetryPolicy, Timeouts, parse_retry_after
+from rafrx.sources._policy import RetryPolicy, Timeouts, parse_retry_after, request_id
 from rafrx.sources._secrets import masked_url, redact, redact_cut, redact_error
 from rafrx.sources._sessions import SessionPool
 from rafrx.sources.dialects._common import is_retryable

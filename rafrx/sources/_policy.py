@@ -15,7 +15,7 @@ import attrs
 
 from rafrx.errors import RafrxError
 
-__all__ = ["RetryPolicy", "Timeouts", "parse_retry_after"]
+__all__ = ["RetryPolicy", "Timeouts", "parse_retry_after", "request_id"]
 
 
 def _optional_positive(instance: Any, attribute: Any, value: float | None) -> None:
@@ -98,6 +98,12 @@ class RetryPolicy:
         if self.jitter:
             backoff *= 1.0 - 0.25 * random.random()
         return backoff
+
+
+def request_id(headers: Mapping[str, str]) -> str | None:
+    """The server's id for a request: OpenAI's ``x-request-id``, Anthropic's ``request-id``
+    (``headers`` matched as given: aiohttp's ignore case, a plain dict's in lower case)."""
+    return headers.get("x-request-id") or headers.get("request-id")
 
 
 def parse_retry_after(headers: Mapping[str, str], now: float | None = None) -> float | None:
