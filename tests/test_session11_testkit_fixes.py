@@ -5,20 +5,22 @@ Each failed on the commit before its fix, for the reason its docstring gives.
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 import aiohttp
 import pytest
 
-from rafrx import ChatMessage, RafrxError, collect_agent_response
+from rafrx import ChatMessage, FinishReason, RafrxError, collect_agent_response
 from rafrx import operators as ops
 from rafrx.sources.clients import OpenAIChatClient
-from rafrx.testing import Fault, LLMServer
-
-pytestmark = pytest.mark.asyncio
+from rafrx.testing import Fault, LLMServer, Reply, render
 
 CHAT = "/v1/chat/completions"
 MESSAGES = "/v1/messages"
 
 
+@pytest.mark.asyncio
 @pytest.mark.parametrize(("path", "header"), [(CHAT, "x-request-id"), (MESSAGES, "request-id")])
 async def test_a_wrong_content_type_answer_carries_the_request_id(path: str, header: str) -> None:
     """``Fault.wrong_content_type`` answered without the provider's request id header,
@@ -33,6 +35,7 @@ async def test_a_wrong_content_type_answer_carries_the_request_id(path: str, hea
     assert resp.headers[header].startswith("req_")
 
 
+@pytest.mark.asyncio
 async def test_a_client_error_from_a_wrong_content_type_names_the_request_id() -> None:
     """The same fault as a client sees it: the error of a 200 answered with an HTML
     page had ``request_id`` ``None``."""
@@ -47,3 +50,82 @@ async def test_a_client_error_from_a_wrong_content_type_names_the_request_id() -
         finally:
             await client.aclose()
     assert str(getattr(caught.value, "request_id", None)).startswith("req_")
+
+
+@pytest.mark.parametrize("typo", ["end_trun", "Stopp", "pause-turn", ""])
+def test_a_finish_reason_typo_is_refused_where_the_reply_is_made(typo: str) -> None:
+    """``Reply(finish="end_trun")`` became ``FinishReason.OTHER`` without a word: the
+    test then probed an unknown finish reason instead of the one it meant."""
+    with pytest.raises(ValueError, match=r"end_turn.*pause_turn") as caught:
+        Reply(finish=typo)
+    assert repr(typo) in str(caught.value)
+
+
+def test_a_finish_reason_that_is_no_string_is_a_type_error() -> None:
+    """``Reply(finish=1)`` raised ``AttributeError: 'int' object has no attribute
+    'lower'`` (from ``FinishReason.from_provider``)."""
+    with pytest.raises(TypeError, match="FinishReason"):
+        Reply(finish=1)  # type: ignore[arg-type]
+
+
+def _last_data(body: bytes) -> dict[str, Any]:
+    """The last JSON ``data:`` payload of an SSE body that holds a finish reason."""
+    payloads = [json.loads(line[6:]) for line in body.split(b"\n") if line.startswith(b"data: {")]
+    return [p for p in payloads if "delta" in p or p.get("choices")][-1]
+
+
+@pytest.mark.parametrize(
+    ("finish", "stop_reason"),
+    [
+        ("pause_turn", "pause_turn"),
+        ("refusal", "refusal"),
+        ("end_turn", "end_turn"),
+        ("stop_sequence", "stop_sequence"),
+        ("max_output_tokens", "max_tokens"),
+    ],
+)
+def test_anthropic_sends_its_own_stop_reasons_as_spelled(finish: str, stop_reason: str) -> None:
+    """``Reply(finish="pause_turn")`` sent ``stop_reason: "other"`` (and ``"refusal"``
+    only by luck of the content-filter mapping): a test could not script Anthropic's
+    paused turn, which the agent must send back to go on."""
+    body = render(Reply(text="…", finish=finish), "anthropic")
+    assert _last_data(body)["delta"]["stop_reason"] == stop_reason
+
+
+@pytest.mark.parametrize(
+    ("finish", "finish_reason"),
+    [
+        ("sensitive", "sensitive"),
+        ("abort", "abort"),
+        ("pause_turn", "other"),
+        ("refusal", "content_filter"),
+        ("end_turn", "stop"),
+    ],
+)
+def test_chat_sends_its_own_finish_reasons_as_spelled(finish: str, finish_reason: str) -> None:
+    """Chat sends an OpenAI-compatible server's spelling as given (Zhipu's
+    ``sensitive``, vLLM's ``abort``), another provider's as the reason it means."""
+    body = render(Reply(text="…", finish=finish), "openai-chat")
+    assert _last_data(body)["choices"][0]["finish_reason"] == finish_reason
+
+
+def test_a_provider_spelling_keeps_the_reason_it_means() -> None:
+    """The reply still reports the normalised reason, whatever its spelling."""
+    from rafrx.testing import FINISH_SPELLINGS  # (new: imported here, the other tests run)
+
+    assert Reply(finish="pause_turn").finish_reason is FinishReason.OTHER
+    assert Reply(finish="REFUSAL").finish == "refusal"
+    assert Reply(finish="REFUSAL").finish_reason is FinishReason.CONTENT_FILTER
+    assert Reply(finish="stop").finish is FinishReason.STOP
+    assert set(FINISH_SPELLINGS) >= {r.value for r in FinishReason} | {"pause_turn", "refusal"}
+
+
+@pytest.mark.asyncio
+async def test_a_scripted_pause_turn_goes_on_the_anthropic_wire() -> None:
+    """End to end: the server sends the paused turn the reply scripted."""
+    async with LLMServer() as server, aiohttp.ClientSession() as http:
+        server.enqueue(Reply(text="Searching…", finish="pause_turn"))
+        body = {"model": "claude-test", "stream": True}
+        async with http.post(server.url + MESSAGES, json=body) as resp:
+            raw = await resp.read()
+    assert b'"stop_reason":"pause_turn"' in raw
