@@ -6,6 +6,8 @@ Each failed on the commit before its fix, for the reason its docstring gives.
 from __future__ import annotations
 
 import json
+import urllib.error
+import urllib.request
 from typing import Any
 
 import aiohttp
@@ -14,7 +16,7 @@ import pytest
 from rafrx import ChatMessage, FinishReason, RafrxError, collect_agent_response
 from rafrx import operators as ops
 from rafrx.sources.clients import OpenAIChatClient
-from rafrx.testing import Fault, LLMServer, Reply, render
+from rafrx.testing import Fault, LLMServer, RecordedRequest, Reply, render
 
 CHAT = "/v1/chat/completions"
 MESSAGES = "/v1/messages"
@@ -129,3 +131,65 @@ async def test_a_scripted_pause_turn_goes_on_the_anthropic_wire() -> None:
         async with http.post(server.url + MESSAGES, json=body) as resp:
             raw = await resp.read()
     assert b'"stop_reason":"pause_turn"' in raw
+
+
+def _expects_one_tool(request: RecordedRequest) -> Reply:
+    """A test's script asserting on the request it got."""
+    assert request.tool_names == ("search",), "the client offered no search tool"
+    return Reply(text="ok")
+
+
+@pytest.mark.asyncio
+async def test_a_failed_assert_in_a_script_fails_the_test_when_the_server_closes() -> None:
+    """A script's ``assert`` on the request became an HTTP 500 only: a client that
+    retries or handles the 500 (an agent's fallback, an error view) let the test
+    pass, and one that raised showed a client error, not the assertion.
+
+    The 500 stays (as documented); the server keeps the exception and ``async with``
+    raises the assertion itself once the server is closed."""
+    server = LLMServer()
+
+    async def a_test_whose_client_goes_on_after_the_500() -> None:
+        async with server, aiohttp.ClientSession() as http:
+            server.script(_expects_one_tool)
+            async with http.post(server.url + CHAT, json={"stream": True}) as resp:
+                body = await resp.json()
+            assert resp.status == 500
+            assert "script raised AssertionError" in body["error"]["message"]
+
+    with pytest.raises(AssertionError, match="the client offered no search tool"):
+        await a_test_whose_client_goes_on_after_the_500()
+    assert [type(e) for e in server.script_errors] == [AssertionError]
+
+
+def _sync_test_whose_client_goes_on_after_the_500() -> None:
+    with LLMServer.in_thread() as server:
+        server.script(_expects_one_tool)
+        request = urllib.request.Request(server.url + CHAT, data=b'{"stream": true}')
+        with pytest.raises(urllib.error.HTTPError, match="500"):
+            urllib.request.urlopen(request)
+
+
+def test_a_failed_assert_in_a_script_fails_a_server_thread_when_it_stops() -> None:
+    """The same for sync code: the end of ``with LLMServer.in_thread()`` raises it."""
+    with pytest.raises(AssertionError, match="the client offered no search tool"):
+        _sync_test_whose_client_goes_on_after_the_500()
+
+
+@pytest.mark.asyncio
+async def test_other_script_errors_stay_an_http_500_and_are_kept() -> None:
+    """A script raising anything else is a 500 as before (tests probe the client with
+    it), kept in ``script_errors``; ``reset()`` forgets them, and the assertion."""
+
+    def broken(request: RecordedRequest) -> Reply:
+        raise KeyError("nope")
+
+    async with LLMServer() as server, aiohttp.ClientSession() as http:
+        for script in (_expects_one_tool, broken):
+            server.script(script)
+            async with http.post(server.url + CHAT, json={"stream": True}) as resp:
+                assert resp.status == 500
+        assert [type(e) for e in server.script_errors] == [AssertionError, KeyError]
+        server.reset()
+        assert server.script_errors == []
+    # (closed without raising: reset() forgot the assertion)

@@ -135,8 +135,9 @@ class LLMServer:
         default: The answer when the queue is empty and no script is set
             (a ``TypeError`` when it is not a response).
         keep_requests: How many of the latest requests :attr:`requests` keeps
-            (``None``: all of them, for tests); :attr:`request_count` counts
-            every one. ``rafrx serve``, which runs for days, keeps none.
+            (``None``: all of them, for tests), and of the latest exceptions
+            :attr:`script_errors` keeps; :attr:`request_count` counts every
+            request. ``rafrx serve``, which runs for days, keeps none.
 
     Example:
         >>> import asyncio
@@ -172,6 +173,8 @@ class LLMServer:
         self.keep_requests = keep_requests
         self.connections_opened = 0
         self.connections_closed = 0
+        self.script_errors: list[Exception] = []  # kept as requests are (keep_requests)
+        self._failed_assertion: AssertionError | None = None  # for close() to raise
         self._queue: deque[ServerResponse] = deque()
         self._script: Script | None = None
         self._lock = threading.Lock()
@@ -231,10 +234,23 @@ class LLMServer:
         A response still running after a short grace period is cancelled; a
         connection whose client stopped reading is aborted, its unsent bytes
         discarded.
+
+        Raises:
+            AssertionError: A script's assertion failed since the server started
+                (or was :meth:`reset`): the first such, raised again once the
+                server is closed, so the test fails even when the client it
+                tests retried or handled the HTTP 500 it got.
         """
         runner, server = self._runner, self._server
         if runner is None or server is None:
             return
+        await self._stop(runner, server)
+        failed, self._failed_assertion = self._failed_assertion, None
+        if failed is not None:
+            raise failed
+
+    async def _stop(self, runner: web.ServerRunner, server: _CountingServer) -> None:
+        """Close the connections and release the port."""
         self._runner = self._server = None
         assert self._closing is not None
         self._closing.set()
@@ -253,7 +269,11 @@ class LLMServer:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        await self.close()
+        try:
+            await self.close()
+        except AssertionError:
+            if exc is None or isinstance(exc, Exception):  # (not over a cancellation)
+                raise
 
     @classmethod
     def in_thread(
@@ -325,7 +345,11 @@ class LLMServer:
         removes the script. An exception in ``fn``, or a return value that is
         not a :class:`~rafrx.testing.Reply`, :class:`~rafrx.testing.Replay`
         or :class:`~rafrx.testing.Fault`, becomes an HTTP 500 whose message
-        names it.
+        names it; the exception is kept in :attr:`script_errors`. A failed
+        ``assert`` in ``fn`` is the test's own: :meth:`close` (the end of
+        ``async with``, of a :class:`~rafrx.testing.ServerThread`) raises it
+        again, so the test fails with it even when the client it tests
+        retried or handled the 500.
 
         Raises:
             TypeError: ``fn`` is neither callable nor ``None`` (a response goes
@@ -349,12 +373,14 @@ class LLMServer:
         return fn
 
     def reset(self) -> None:
-        """Forget queued answers, the script and recorded requests."""
+        """Forget queued answers, the script, recorded requests and script errors."""
         with self._lock:
             self._queue.clear()
             self._script = None
             self.requests.clear()
             self.request_count = 0
+            self.script_errors.clear()
+            self._failed_assertion = None
 
     # ------------------------------------------------------------ connections
 
@@ -447,12 +473,22 @@ class LLMServer:
                 answer = await answer
         except Exception as exc:
             _log.exception("LLMServer script failed")
+            self._keep_script_error(exc)
             return Fault.status(500, message=_script_error(exc))
         if not isinstance(answer, Reply | Replay | Fault):
             message = f"script returned {reprlib.repr(answer)}, not a Reply, Replay or Fault"
             _log.error("LLMServer %s", message)
             return Fault.status(500, message=message)
         return answer
+
+    def _keep_script_error(self, exc: Exception) -> None:
+        """Keep what a script raised; the first failed assertion is for :meth:`close`."""
+        with self._lock:
+            self.script_errors.append(exc)
+            if self.keep_requests is not None and len(self.script_errors) > self.keep_requests:
+                del self.script_errors[: len(self.script_errors) - self.keep_requests]
+            if isinstance(exc, AssertionError) and self._failed_assertion is None:
+                self._failed_assertion = exc
 
     def _record_request(self, request: web.BaseRequest, body: Any) -> RecordedRequest:
         """Record ``request`` with its parsed ``body``; tell the waiters."""
