@@ -193,3 +193,27 @@ async def test_other_script_errors_stay_an_http_500_and_are_kept() -> None:
         server.reset()
         assert server.script_errors == []
     # (closed without raising: reset() forgot the assertion)
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize(("path", "header"), [(CHAT, "x-request-id"), (MESSAGES, "request-id")])
+async def test_a_body_nested_too_deeply_gets_a_400_in_the_providers_shape(
+    path: str, header: str
+) -> None:
+    """A body nested deeper than ``json.loads`` goes raised ``RecursionError`` in the
+    handler: aiohttp answered a bare ``500 Internal Server Error`` (text, no request
+    id), unlike every other bad body, which gets a 400 in the provider's error shape."""
+    depth = 100_000
+    raw = b'{"stream": true, "messages": ' + b"[" * depth + b"]" * depth + b"}"
+    async with LLMServer() as server, aiohttp.ClientSession() as http:
+        headers = {"Content-Type": "application/json"}
+        async with http.post(server.url + path, data=raw, headers=headers) as resp:
+            body = await resp.json()
+    assert resp.status == 400
+    assert header in resp.headers
+    error = body["error"]
+    assert "nested too deeply" in error["message"]
+    assert error["type"] == "invalid_request_error"
+    [recorded] = server.requests
+    assert recorded.json is None
+    assert server.queued == 0  # (no answer taken from the queue)

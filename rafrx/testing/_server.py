@@ -68,6 +68,21 @@ def _script_error(exc: Exception) -> str:
     return f"script raised {name}{ran_out}"
 
 
+#: The message of the HTTP 400 a body nested deeper than the JSON parser goes gets.
+_TOO_DEEP = "The request body is JSON nested too deeply to parse."
+
+
+def _parse_body(raw: bytes) -> tuple[Any, str | None]:
+    """A request body's JSON (``None`` when it is empty or no JSON), and why it
+    cannot be answered, if it is nested too deeply to parse."""
+    try:
+        return (json.loads(raw) if raw else None), None
+    except ValueError:
+        return None, None
+    except RecursionError:
+        return None, _TOO_DEEP
+
+
 def _streaming(body: Any) -> bool:
     """Whether a request body asks for a stream (``"stream": true``)."""
     return isinstance(body, dict) and body.get("stream") is True
@@ -125,7 +140,9 @@ class LLMServer:
 
     The server only streams, as rafrx's clients always ask: a request whose
     JSON body lacks ``"stream": true`` is recorded, then answered HTTP 400 in
-    the provider's error shape saying so, and takes no answer from the queue.
+    the provider's error shape saying so, and takes no answer from the queue;
+    so is one whose body is nested too deeply to parse (recorded with ``json``
+    ``None``).
     Every answer carries the provider's request id header (Anthropic's
     ``request-id``, OpenAI's ``x-request-id``).
 
@@ -513,10 +530,7 @@ class LLMServer:
             self._record_request(request, None)
             shape = WIRE_FORMATS.get(request.path, "openai-chat")
             return error_response(shape, 413, too_large.text or "Request too large")
-        try:
-            body = json.loads(raw) if raw else None
-        except ValueError:
-            body = None
+        body, unparsable = _parse_body(raw)
         recorded = self._record_request(request, body)
         wire_format = WIRE_FORMATS.get(request.path)
         if wire_format is None:
@@ -524,6 +538,8 @@ class LLMServer:
             return error_response("openai-chat", 404, message)
         if request.method != "POST":
             return error_response(wire_format, 405, f"{request.method} {request.path}: use POST")
+        if unparsable is not None:
+            return error_response(wire_format, 400, unparsable)
         if not _streaming(body):
             return error_response(wire_format, 400, NOT_STREAMING)
         response = await self._next_response(recorded)
