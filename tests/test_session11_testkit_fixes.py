@@ -5,9 +5,12 @@ Each failed on the commit before its fix, for the reason its docstring gives.
 
 from __future__ import annotations
 
+import datetime
 import json
 import urllib.error
 import urllib.request
+from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -15,6 +18,7 @@ import pytest
 
 from rafrx import ChatMessage, FinishReason, RafrxError, collect_agent_response
 from rafrx import operators as ops
+from rafrx.recorder import load_sse, record_sse
 from rafrx.sources.clients import OpenAIChatClient
 from rafrx.testing import Fault, LLMServer, RecordedRequest, Reply, render
 
@@ -217,3 +221,49 @@ async def test_a_body_nested_too_deeply_gets_a_400_in_the_providers_shape(
     [recorded] = server.requests
     assert recorded.json is None
     assert server.queued == 0  # (no answer taken from the queue)
+
+
+@pytest.mark.parametrize("bad", [{"started": datetime.datetime(2026, 1, 1)}, {"tags": {"a"}}])
+def test_record_sse_refuses_meta_json_cannot_hold_before_reading(
+    bad: dict[str, Any], tmp_path: Path
+) -> None:
+    """``record_sse(meta={"started": datetime(...)})`` read and passed on the whole
+    stream (the request made, the tokens paid), then failed writing the timing file,
+    leaving a ``.sse`` without one."""
+    read: list[bytes] = []
+
+    async def body() -> AsyncIterator[bytes]:
+        read.append(b"data: {}\n\n")
+        yield b"data: {}\n\n"
+
+    path = tmp_path / "turn.sse"
+    with pytest.raises(TypeError, match="meta"):
+        record_sse(body(), path, meta=bad)
+    assert read == []
+    assert not path.exists()
+
+
+def test_record_sse_refuses_meta_that_holds_itself(tmp_path: Path) -> None:
+    """A mapping holding itself is a ``ValueError`` (JSON's circular reference)."""
+    meta: dict[str, Any] = {}
+    meta["self"] = meta
+
+    async def body() -> AsyncIterator[bytes]:
+        yield b""
+
+    with pytest.raises(ValueError, match="meta"):
+        record_sse(body(), tmp_path / "turn.sse", meta=meta)
+
+
+@pytest.mark.asyncio
+async def test_record_sse_with_json_ready_meta_still_records(tmp_path: Path) -> None:
+    """The pass-through and the files are as before."""
+
+    async def body() -> AsyncIterator[bytes]:
+        yield b"data: {}\n\n"
+
+    path = tmp_path / "turn.sse"
+    assert [c async for c in record_sse(body(), path, meta={"dialect": "openai-chat"})] == [
+        b"data: {}\n\n"
+    ]
+    assert load_sse(path).meta["dialect"] == "openai-chat"
