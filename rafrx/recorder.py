@@ -14,7 +14,10 @@ Two formats:
 
 Secrets never reach a file: ``Authorization``/``x-api-key`` style headers,
 ``key=`` URL parameters, bearer tokens, ``sk-...`` keys and the values of
-``*_API_KEY``/``*_TOKEN`` environment variables are redacted. In JSON lines
+``*_API_KEY``/``*_TOKEN`` environment variables are redacted; so are the
+``OpenAI-Organization`` and ``OpenAI-Project`` headers, no credentials but the
+ids of the account billed, which a recording shared in a bug report or a public
+fixture should not name (no replay needs them). In JSON lines
 this holds for a secret that a model streams split over several deltas too:
 the deltas are redacted as one text (each LLM call's afresh), a stream that
 stops inside a secret hides what it had of it, and a provider block holding
@@ -656,8 +659,9 @@ async def record_http(
 ) -> SSERecording:
     """Send one request and save the raw response body with its timing.
 
-    Authorization headers, API keys and key-like URL parameters are redacted
-    in both files. A redirect is recorded, not followed (the credentials stay
+    Authorization headers, API keys, key-like URL parameters and OpenAI's
+    account ids (``OpenAI-Organization``, ``OpenAI-Project``) are redacted in
+    both files. A redirect is recorded, not followed (the credentials stay
     with the host they were meant for).
 
     Args:

@@ -16,9 +16,9 @@ from typing import Any
 import aiohttp
 import pytest
 
-from rafrx import ChatMessage, FinishReason, RafrxError, collect_agent_response
+from rafrx import ChatMessage, FinishReason, RafrxError, collect_agent_response, recorder
 from rafrx import operators as ops
-from rafrx.recorder import load_sse, record_sse
+from rafrx.recorder import load_sse, record_http, record_sse, timing_path
 from rafrx.sources.clients import OpenAIChatClient
 from rafrx.testing import Fault, LLMServer, RecordedRequest, Reply, render
 
@@ -267,3 +267,33 @@ async def test_record_sse_with_json_ready_meta_still_records(tmp_path: Path) -> 
         b"data: {}\n\n"
     ]
     assert load_sse(path).meta["dialect"] == "openai-chat"
+
+
+ACCOUNT = {"OpenAI-Organization": "org-AcmeCorp0001", "OpenAI-Project": "proj_AcmeLaunch02"}
+
+
+@pytest.mark.asyncio
+async def test_recordings_keep_openai_account_ids_out(tmp_path: Path) -> None:
+    """Kept on purpose: ``OpenAI-Organization`` / ``OpenAI-Project`` are no
+    credentials, but they name the account billed, and a recording is made to be
+    shared (a bug report, a public fixture); no replay needs them. Pinned here with
+    the test server's record of the request, which redacts the same set."""
+    path = tmp_path / "turn.sse"
+    async with LLMServer() as server:
+        await record_http(server.url + CHAT, path, json_body={"stream": True}, headers=ACCOUNT)
+    files = path.read_bytes() + timing_path(path).read_bytes()
+    for value in ACCOUNT.values():
+        assert value.encode() not in files
+    request_headers = load_sse(path).meta["request"]["headers"]
+    assert {request_headers[name] for name in ACCOUNT} == {"[REDACTED]"}
+    [recorded] = server.requests
+    assert {recorded.headers[name] for name in ACCOUNT} == {"***"}
+
+
+def test_the_docs_say_recordings_keep_openai_account_ids_out() -> None:
+    """The redaction was undocumented: the docs named credentials only, so a user
+    read a redacted org id as a bug, or did not know a recording hides it."""
+    for doc in (recorder.__doc__, recorder.record_http.__doc__, RecordedRequest.__doc__):
+        assert doc is not None
+        assert "OpenAI-Organization" in doc, doc[:80]
+        assert "OpenAI-Project" in doc, doc[:80]
