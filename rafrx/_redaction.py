@@ -39,6 +39,10 @@ from rafrx.response import AgentResponseResult, FinishReason
 REDACTED: Final = "[REDACTED]"
 
 #: Headers whose values are secrets (lower case); the test server redacts the same set.
+#: OpenAI's ``OpenAI-Organization`` and ``OpenAI-Project`` hold no credential but the
+#: ids of the account billed: they are kept out of errors, logs and recordings too,
+#: which get shared (a bug report, a fixture in a public repository), and no replay
+#: needs them.
 SECRET_HEADERS: Final = frozenset(
     {
         "authorization",
@@ -77,7 +81,8 @@ _SECRET_HEADER_WORDS: Final = frozenset(
 
 def is_secret_header(name: str) -> bool:
     """Whether a header's value is a credential: a known name, or one with a word
-    such as ``auth``, ``key``, ``token`` or ``secret``.
+    such as ``auth``, ``key``, ``token`` or ``secret``. OpenAI's account ids
+    (``OpenAI-Organization``, ``OpenAI-Project``) count as one (see :data:`SECRET_HEADERS`).
 
     Example:
         >>> [is_secret_header(n) for n in ("cf-aig-authorization", "X-Api-Key", "X-Title")]

@@ -14,7 +14,10 @@ Two formats:
 
 Secrets never reach a file: ``Authorization``/``x-api-key`` style headers,
 ``key=`` URL parameters, bearer tokens, ``sk-...`` keys and the values of
-``*_API_KEY``/``*_TOKEN`` environment variables are redacted. In JSON lines
+``*_API_KEY``/``*_TOKEN`` environment variables are redacted; so are the
+``OpenAI-Organization`` and ``OpenAI-Project`` headers, no credentials but the
+ids of the account billed, which a recording shared in a bug report or a public
+fixture should not name (no replay needs them). In JSON lines
 this holds for a secret that a model streams split over several deltas too:
 the deltas are redacted as one text (each LLM call's afresh), a stream that
 stops inside a secret hides what it had of it, and a provider block holding
@@ -581,7 +584,7 @@ def _write_sse(
     timing_path(path).write_text(redact(text, secrets), encoding="utf-8")
 
 
-async def record_sse(
+def record_sse(
     chunks: AsyncIterable[bytes],
     path: str | os.PathLike[str],
     *,
@@ -596,14 +599,39 @@ async def record_sse(
     the model streams split over events is not seen in the raw bytes: use
     :func:`record` on the decoded stream to share such a turn.
 
+    Args:
+        chunks: The body's bytes, as they come.
+        path: The ``.sse`` file to write.
+        meta: What the timing file says about the exchange (JSON-ready).
+        secrets: More strings to mask.
+
+    Raises:
+        TypeError: ``meta`` holds a value JSON cannot hold (a ``ValueError``
+            when it holds itself); raised at the call, before ``chunks`` is read.
+
     Example:
         >>> async def main(path):
         ...     async def body():
         ...         yield b"data: {}\\n\\n"
         ...     return [chunk async for chunk in record_sse(body(), path)]
     """
-    target, hidden = Path(path), tuple(secrets)
-    info: dict[str, Any] = dict(meta or {})
+    return _record_sse(chunks, Path(path), _timing_meta(meta), tuple(secrets))
+
+
+def _timing_meta(meta: Mapping[str, Any] | None) -> dict[str, Any]:
+    """A copy of ``meta`` for a timing file, checked to be JSON-ready."""
+    info = dict(meta or {})
+    try:
+        json.dumps(info)
+    except (TypeError, ValueError) as exc:
+        raise type(exc)(f"record_sse(meta=...) goes into the timing file as JSON: {exc}") from None
+    return info
+
+
+async def _record_sse(
+    chunks: AsyncIterable[bytes], target: Path, info: dict[str, Any], hidden: tuple[str, ...]
+) -> AsyncIterator[bytes]:
+    """:func:`record_sse` once its arguments are checked."""
     seen: list[tuple[float, bytes]] = []
     start = time.monotonic()
     try:
@@ -631,8 +659,9 @@ async def record_http(
 ) -> SSERecording:
     """Send one request and save the raw response body with its timing.
 
-    Authorization headers, API keys and key-like URL parameters are redacted
-    in both files. A redirect is recorded, not followed (the credentials stay
+    Authorization headers, API keys, key-like URL parameters and OpenAI's
+    account ids (``OpenAI-Organization``, ``OpenAI-Project``) are redacted in
+    both files. A redirect is recorded, not followed (the credentials stay
     with the host they were meant for).
 
     Args:

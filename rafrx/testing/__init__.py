@@ -34,6 +34,7 @@ from rafrx.testing._render import (
 )
 from rafrx.testing._responses import (
     DEFAULT_REPLY,
+    FINISH_SPELLINGS,
     Body,
     Fault,
     FaultKind,
@@ -49,6 +50,7 @@ from rafrx.testing._thread import ServerThread
 __all__ = [
     "DEFAULT_REPLY",
     "FAULT_REPLY",
+    "FINISH_SPELLINGS",
     "REDACTED",
     "WIRE_FORMATS",
     "Body",

@@ -115,7 +115,9 @@ class RecordedRequest:
     Attributes:
         path: The URL path (``/v1/messages`` …).
         headers: The request headers, case-insensitive, with ``Authorization``,
-            ``x-api-key`` and other secrets replaced by ``***``.
+            ``x-api-key`` and other secrets replaced by ``***``, as are OpenAI's
+            account ids (``OpenAI-Organization``, ``OpenAI-Project``), as a
+            recording has them: a test sees that they were sent, not their values.
         json: The parsed JSON body (``None`` when it was not JSON).
         method: The HTTP method.
         query: The URL query parameters (Azure's ``api-version`` …), with

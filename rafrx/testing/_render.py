@@ -62,6 +62,33 @@ _ANTHROPIC_STOP = {
     FinishReason.CONTENT_FILTER: "refusal",
     FinishReason.OTHER: "other",
 }
+#: The provider spellings of a reply's ``finish`` that each format sends as spelled
+#: (the others go as the reason they mean). Chat's are those of OpenAI-compatible
+#: servers (Zhipu's ``sensitive``, vLLM's ``abort`` …); Responses has none of its own.
+_CHAT_SPELLINGS: Final = frozenset(
+    {
+        "function_call",
+        "eos",
+        "eos_token",
+        "max_tokens",
+        "model_length",
+        "sensitive",
+        "insufficient_system_resource",
+        "network_error",
+        "abort",
+    }
+)
+_ANTHROPIC_SPELLINGS: Final = frozenset(
+    {
+        "end_turn",
+        "stop_sequence",
+        "pause_turn",
+        "tool_use",
+        "max_tokens",
+        "model_context_window_exceeded",
+        "refusal",
+    }
+)
 #: The ``error`` event ending an Anthropic stream that failed mid-way.
 _ANTHROPIC_STREAM_ERROR = {"type": "api_error", "message": "Internal server error"}
 _RESPONSES_INCOMPLETE = {
@@ -175,6 +202,14 @@ def render_events(
     raise ValueError(f"unknown wire format {wire_format!r}")
 
 
+def _spelled(reply: Reply, spellings: frozenset[str], table: Mapping[FinishReason, str]) -> str:
+    """How a format says why ``reply`` stopped: its provider spelling when the format
+    has it (``spellings``), else the format's word for the reason (``table``)."""
+    if isinstance(reply.finish, str) and reply.finish in spellings:
+        return reply.finish
+    return table[reply.finish_reason]
+
+
 def _call_id(call: ToolCallSpec, prefix: str) -> str:
     return call.id if call.id is not None else f"{prefix}{_hex()}"
 
@@ -228,7 +263,7 @@ def _openai_chat(reply: Reply, model: str, usage: Usage, include_usage: bool) ->
         yield chunk({"tool_calls": [head]})
         for piece in _pieces(call.arguments_json(), size):
             yield chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]})
-    yield chunk({}, _OPENAI_FINISH[reply.finish_reason])
+    yield chunk({}, _spelled(reply, _CHAT_SPELLINGS, _OPENAI_FINISH))
     if include_usage:
         yield _data({**base, "choices": [], "usage": _openai_usage(usage)})
     yield b"data: [DONE]\n\n"
@@ -287,19 +322,20 @@ def _anthropic(reply: Reply, model: str, usage: Usage) -> Iterator[bytes]:
         ]
         yield from block(start, deltas)
         index += 1
-    yield from _anthropic_end(reply.finish_reason, usage)
+    yield from _anthropic_end(reply, usage)
 
 
-def _anthropic_end(finish: FinishReason, usage: Usage) -> Iterator[bytes]:
+def _anthropic_end(reply: Reply, usage: Usage) -> Iterator[bytes]:
     """``message_delta`` and ``message_stop``, or the ``error`` event of a failure."""
-    if finish is FinishReason.ERROR:
+    if reply.finish_reason is FinishReason.ERROR:
         yield _event("error", {"type": "error", "error": _ANTHROPIC_STREAM_ERROR})
         return
+    stop_reason = _spelled(reply, _ANTHROPIC_SPELLINGS, _ANTHROPIC_STOP)
     yield _event(
         "message_delta",
         {
             "type": "message_delta",
-            "delta": {"stop_reason": _ANTHROPIC_STOP[finish], "stop_sequence": None},
+            "delta": {"stop_reason": stop_reason, "stop_sequence": None},
             "usage": {"output_tokens": usage.completion_tokens},
         },
     )

@@ -16,14 +16,15 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterable, Mapping
-from typing import Any, Literal, TypeAlias, final
+from typing import Any, Final, Literal, TypeAlias, final
 
 import attrs
 
-from rafrx.response import FinishReason, Usage
+from rafrx.response import _PROVIDER_REASONS, FinishReason, Usage
 
 __all__ = [
     "DEFAULT_REPLY",
+    "FINISH_SPELLINGS",
     "Body",
     "Fault",
     "FaultKind",
@@ -80,13 +81,31 @@ def _tool_calls(value: Iterable[ToolCallSpec]) -> tuple[ToolCallSpec, ...]:
     return calls
 
 
-def _finish(value: FinishReason | str | None) -> FinishReason | None:
+_REASONS: Final = tuple(reason.value for reason in FinishReason)
+
+#: The spellings ``Reply(finish=...)`` takes: rafrx's reasons, then the providers' that
+#: :meth:`~rafrx.FinishReason.from_provider` knows.
+FINISH_SPELLINGS: Final = (*_REASONS, *sorted(set(_PROVIDER_REASONS) - set(_REASONS)))
+
+
+def _finish(value: FinishReason | str | None) -> FinishReason | str | None:
+    """A :class:`~rafrx.FinishReason`; a provider's spelling (lower case) kept as given.
+
+    Raises:
+        ValueError: ``value`` is a spelling no provider uses (a typo).
+        TypeError: ``value`` is no string.
+    """
     if value is None or isinstance(value, FinishReason):
         return value
-    try:
-        return FinishReason(value)
-    except ValueError:
-        return FinishReason.from_provider(value)
+    if not isinstance(value, str):
+        raise TypeError(f"Reply.finish takes a FinishReason or a string, not {value!r}")
+    spelling = value.lower()
+    if spelling not in FINISH_SPELLINGS:
+        raise ValueError(
+            f"Reply.finish takes a FinishReason or one of {', '.join(FINISH_SPELLINGS)};"
+            f" not {value!r}"
+        )
+    return FinishReason(spelling) if spelling in _REASONS else spelling
 
 
 def _positive(instance: Any, attribute: Any, value: int) -> None:
@@ -114,7 +133,14 @@ class Reply:
         reasoning: Reasoning text, streamed before the text.
         tool_calls: Calls streamed after the text, one after the other.
         finish: The finish reason; by default ``TOOL_CALLS`` when there are
-            calls, else ``STOP``. Provider spellings (``"end_turn"``) work too.
+            calls, else ``STOP``. A provider's spelling (any of
+            :data:`FINISH_SPELLINGS`: ``"end_turn"``, ``"pause_turn"``,
+            ``"refusal"`` …) is kept: the endpoint whose wire format has it
+            sends it as spelled (Anthropic's ``stop_reason: "pause_turn"``,
+            chat's ``finish_reason: "sensitive"``), the others send the reason
+            it means (:meth:`~rafrx.FinishReason.from_provider`: ``pause_turn``
+            is ``OTHER``, ``refusal`` ``CONTENT_FILTER``); a spelling no
+            provider uses is a ``ValueError`` naming those it takes.
             ``ERROR`` is a failure after the partial content: Anthropic gets
             an ``error`` event (``api_error``) instead of ``message_delta``,
             Responses ``response.failed``, and chat ``finish_reason:
@@ -134,7 +160,7 @@ class Reply:
     text: str = ""
     reasoning: str = ""
     tool_calls: tuple[ToolCallSpec, ...] = attrs.field(default=(), converter=_tool_calls)
-    finish: FinishReason | None = attrs.field(default=None, converter=_finish)
+    finish: FinishReason | str | None = attrs.field(default=None, converter=_finish)
     usage: Usage | None = None
     chunk_size: int = attrs.field(default=8, validator=_positive)
     delay: float = 0.0
@@ -143,8 +169,8 @@ class Reply:
     @property
     def finish_reason(self) -> FinishReason:
         """The finish reason this reply reports."""
-        if self.finish is not None:
-            return self.finish
+        if isinstance(self.finish, str):  # (a FinishReason is a str too)
+            return FinishReason.from_provider(self.finish)
         return FinishReason.TOOL_CALLS if self.tool_calls else FinishReason.STOP
 
 

@@ -124,11 +124,7 @@ async def serve(
     if isinstance(response, Fault) and response.kind == "status":
         return _status(response, wire_format)
     if isinstance(response, Fault) and response.kind == "wrong_content_type":
-        return web.Response(
-            status=response.status_code,
-            body=response.data or b"",
-            headers={"Content-Type": response.content_type or "text/html"},
-        )
+        return _wrong_content_type(response, wire_format)
     source = response.body if isinstance(response, Fault) else response
     if source is None:
         source = FAULT_REPLY
@@ -241,6 +237,13 @@ def _status(fault: Fault, wire_format: WireFormat) -> web.Response:
         headers.setdefault("Content-Type", "application/json")
         data = payload
     return web.Response(status=fault.status_code, body=data, headers=headers)
+
+
+def _wrong_content_type(fault: Fault, wire_format: WireFormat) -> web.Response:
+    """The answer of a :meth:`Fault.wrong_content_type`: its body and content type,
+    with the provider's request id header, as every answer of the server has."""
+    headers = {"Content-Type": fault.content_type or "text/html", **request_id_header(wire_format)}
+    return web.Response(status=fault.status_code, body=fault.data or b"", headers=headers)
 
 
 def _reason(status: int) -> str:

@@ -68,6 +68,21 @@ def _script_error(exc: Exception) -> str:
     return f"script raised {name}{ran_out}"
 
 
+#: The message of the HTTP 400 a body nested deeper than the JSON parser goes gets.
+_TOO_DEEP = "The request body is JSON nested too deeply to parse."
+
+
+def _parse_body(raw: bytes) -> tuple[Any, str | None]:
+    """A request body's JSON (``None`` when it is empty or no JSON), and why it
+    cannot be answered, if it is nested too deeply to parse."""
+    try:
+        return (json.loads(raw) if raw else None), None
+    except ValueError:
+        return None, None
+    except RecursionError:
+        return None, _TOO_DEEP
+
+
 def _streaming(body: Any) -> bool:
     """Whether a request body asks for a stream (``"stream": true``)."""
     return isinstance(body, dict) and body.get("stream") is True
@@ -125,7 +140,9 @@ class LLMServer:
 
     The server only streams, as rafrx's clients always ask: a request whose
     JSON body lacks ``"stream": true`` is recorded, then answered HTTP 400 in
-    the provider's error shape saying so, and takes no answer from the queue.
+    the provider's error shape saying so, and takes no answer from the queue;
+    so is one whose body is nested too deeply to parse (recorded with ``json``
+    ``None``).
     Every answer carries the provider's request id header (Anthropic's
     ``request-id``, OpenAI's ``x-request-id``).
 
@@ -135,8 +152,9 @@ class LLMServer:
         default: The answer when the queue is empty and no script is set
             (a ``TypeError`` when it is not a response).
         keep_requests: How many of the latest requests :attr:`requests` keeps
-            (``None``: all of them, for tests); :attr:`request_count` counts
-            every one. ``rafrx serve``, which runs for days, keeps none.
+            (``None``: all of them, for tests), and of the latest exceptions
+            :attr:`script_errors` keeps; :attr:`request_count` counts every
+            request. ``rafrx serve``, which runs for days, keeps none.
 
     Example:
         >>> import asyncio
@@ -172,6 +190,8 @@ class LLMServer:
         self.keep_requests = keep_requests
         self.connections_opened = 0
         self.connections_closed = 0
+        self.script_errors: list[Exception] = []  # kept as requests are (keep_requests)
+        self._failed_assertion: AssertionError | None = None  # for close() to raise
         self._queue: deque[ServerResponse] = deque()
         self._script: Script | None = None
         self._lock = threading.Lock()
@@ -231,10 +251,23 @@ class LLMServer:
         A response still running after a short grace period is cancelled; a
         connection whose client stopped reading is aborted, its unsent bytes
         discarded.
+
+        Raises:
+            AssertionError: A script's assertion failed since the server started
+                (or was :meth:`reset`): the first such, raised again once the
+                server is closed, so the test fails even when the client it
+                tests retried or handled the HTTP 500 it got.
         """
         runner, server = self._runner, self._server
         if runner is None or server is None:
             return
+        await self._stop(runner, server)
+        failed, self._failed_assertion = self._failed_assertion, None
+        if failed is not None:
+            raise failed
+
+    async def _stop(self, runner: web.ServerRunner, server: _CountingServer) -> None:
+        """Close the connections and release the port."""
         self._runner = self._server = None
         assert self._closing is not None
         self._closing.set()
@@ -253,7 +286,11 @@ class LLMServer:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        await self.close()
+        try:
+            await self.close()
+        except AssertionError:
+            if exc is None or isinstance(exc, Exception):  # (not over a cancellation)
+                raise
 
     @classmethod
     def in_thread(
@@ -325,7 +362,11 @@ class LLMServer:
         removes the script. An exception in ``fn``, or a return value that is
         not a :class:`~rafrx.testing.Reply`, :class:`~rafrx.testing.Replay`
         or :class:`~rafrx.testing.Fault`, becomes an HTTP 500 whose message
-        names it.
+        names it; the exception is kept in :attr:`script_errors`. A failed
+        ``assert`` in ``fn`` is the test's own: :meth:`close` (the end of
+        ``async with``, of a :class:`~rafrx.testing.ServerThread`) raises it
+        again, so the test fails with it even when the client it tests
+        retried or handled the 500.
 
         Raises:
             TypeError: ``fn`` is neither callable nor ``None`` (a response goes
@@ -349,12 +390,14 @@ class LLMServer:
         return fn
 
     def reset(self) -> None:
-        """Forget queued answers, the script and recorded requests."""
+        """Forget queued answers, the script, recorded requests and script errors."""
         with self._lock:
             self._queue.clear()
             self._script = None
             self.requests.clear()
             self.request_count = 0
+            self.script_errors.clear()
+            self._failed_assertion = None
 
     # ------------------------------------------------------------ connections
 
@@ -447,12 +490,22 @@ class LLMServer:
                 answer = await answer
         except Exception as exc:
             _log.exception("LLMServer script failed")
+            self._keep_script_error(exc)
             return Fault.status(500, message=_script_error(exc))
         if not isinstance(answer, Reply | Replay | Fault):
             message = f"script returned {reprlib.repr(answer)}, not a Reply, Replay or Fault"
             _log.error("LLMServer %s", message)
             return Fault.status(500, message=message)
         return answer
+
+    def _keep_script_error(self, exc: Exception) -> None:
+        """Keep what a script raised; the first failed assertion is for :meth:`close`."""
+        with self._lock:
+            self.script_errors.append(exc)
+            if self.keep_requests is not None and len(self.script_errors) > self.keep_requests:
+                del self.script_errors[: len(self.script_errors) - self.keep_requests]
+            if isinstance(exc, AssertionError) and self._failed_assertion is None:
+                self._failed_assertion = exc
 
     def _record_request(self, request: web.BaseRequest, body: Any) -> RecordedRequest:
         """Record ``request`` with its parsed ``body``; tell the waiters."""
@@ -477,10 +530,7 @@ class LLMServer:
             self._record_request(request, None)
             shape = WIRE_FORMATS.get(request.path, "openai-chat")
             return error_response(shape, 413, too_large.text or "Request too large")
-        try:
-            body = json.loads(raw) if raw else None
-        except ValueError:
-            body = None
+        body, unparsable = _parse_body(raw)
         recorded = self._record_request(request, body)
         wire_format = WIRE_FORMATS.get(request.path)
         if wire_format is None:
@@ -488,6 +538,8 @@ class LLMServer:
             return error_response("openai-chat", 404, message)
         if request.method != "POST":
             return error_response(wire_format, 405, f"{request.method} {request.path}: use POST")
+        if unparsable is not None:
+            return error_response(wire_format, 400, unparsable)
         if not _streaming(body):
             return error_response(wire_format, 400, NOT_STREAMING)
         response = await self._next_response(recorded)

@@ -101,6 +101,10 @@ class ServerThread:
 
         Tasks still running on the loop (e.g. from :meth:`run`) are cancelled.
         Safe to call from several threads at once: each returns once it is stopped.
+
+        Raises:
+            AssertionError: A script's assertion failed (see
+                :meth:`LLMServer.close <rafrx.testing.LLMServer.close>`).
         """
         with self._stopping:
             loop, thread = self._loop, self._thread
@@ -123,4 +127,8 @@ class ServerThread:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self.stop()
+        try:
+            self.stop()
+        except AssertionError:
+            if exc is None or isinstance(exc, Exception):  # (not over a Ctrl-C)
+                raise
