@@ -223,6 +223,25 @@ async def test_a_body_nested_too_deeply_gets_a_400_in_the_providers_shape(
     assert server.queued == 0  # (no answer taken from the queue)
 
 
+@pytest.mark.asyncio
+@pytest.mark.parametrize(("path", "header"), [(CHAT, "x-request-id"), (MESSAGES, "request-id")])
+async def test_a_body_that_is_not_json_is_told_so(path: str, header: str) -> None:
+    """A body that is not JSON got the 400 of a request that does not stream
+    ('set "stream": true'), which sent its author looking in the wrong place."""
+    async with LLMServer() as server, aiohttp.ClientSession() as http:
+        server.enqueue(Reply(text="kept"))
+        async with http.post(server.url + path, data=b"stream=true") as resp:
+            body = await resp.json()
+    assert resp.status == 400
+    assert resp.headers[header].startswith("req_")
+    assert body["error"]["type"] == "invalid_request_error"
+    assert "not JSON" in body["error"]["message"]
+    assert '"stream": true' not in body["error"]["message"]
+    [recorded] = server.requests
+    assert recorded.json is None
+    assert server.queued == 1  # (the reply stays for the next request)
+
+
 @pytest.mark.parametrize("bad", [{"started": datetime.datetime(2026, 1, 1)}, {"tags": {"a"}}])
 def test_record_sse_refuses_meta_json_cannot_hold_before_reading(
     bad: dict[str, Any], tmp_path: Path

@@ -71,14 +71,24 @@ def _script_error(exc: Exception) -> str:
 #: The message of the HTTP 400 a body nested deeper than the JSON parser goes gets.
 _TOO_DEEP = "The request body is JSON nested too deeply to parse."
 
+#: The message of the HTTP 400 a body that is not JSON gets (as OpenAI words it).
+_NOT_JSON = "We could not parse the JSON body of your request: it is not JSON."
+
 
 def _parse_body(raw: bytes) -> tuple[Any, str | None]:
     """A request body's JSON (``None`` when it is empty or no JSON), and why it
-    cannot be answered, if it is nested too deeply to parse."""
+    cannot be answered: it is not JSON, or nested too deeply to parse.
+
+    Example:
+        >>> _parse_body(b'{"stream": true}'), _parse_body(b"")
+        (({'stream': True}, None), (None, None))
+        >>> _parse_body(b"not json")[1]
+        'We could not parse the JSON body of your request: it is not JSON.'
+    """
     try:
         return (json.loads(raw) if raw else None), None
     except ValueError:
-        return None, None
+        return None, _NOT_JSON
     except RecursionError:
         return None, _TOO_DEEP
 
