@@ -607,7 +607,9 @@ def record_sse(
 
     Raises:
         TypeError: ``meta`` holds a value JSON cannot hold (a ``ValueError``
-            when it holds itself); raised at the call, before ``chunks`` is read.
+            when it holds itself, or sets the file's own ``version``,
+            ``created`` or ``chunks``); raised at the call, before ``chunks``
+            is read.
 
     Example:
         >>> async def main(path):
@@ -618,9 +620,17 @@ def record_sse(
     return _record_sse(chunks, Path(path), _timing_meta(meta), tuple(secrets))
 
 
+#: The timing file's own keys, which ``meta`` cannot set.
+_TIMING_KEYS: Final = ("version", "created", "chunks")
+
+
 def _timing_meta(meta: Mapping[str, Any] | None) -> dict[str, Any]:
-    """A copy of ``meta`` for a timing file, checked to be JSON-ready."""
+    """A copy of ``meta`` for a timing file, checked to be JSON-ready and to leave
+    the file's own keys alone."""
     info = dict(meta or {})
+    taken = [key for key in _TIMING_KEYS if key in info]
+    if taken:
+        raise ValueError(f"record_sse(meta=...) cannot set the timing file's own {taken}")
     try:
         json.dumps(info)
     except (TypeError, ValueError) as exc:

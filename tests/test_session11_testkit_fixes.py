@@ -316,3 +316,18 @@ def test_the_docs_say_recordings_keep_openai_account_ids_out() -> None:
         assert doc is not None
         assert "OpenAI-Organization" in doc, doc[:80]
         assert "OpenAI-Project" in doc, doc[:80]
+
+
+@pytest.mark.parametrize("key", ["version", "created", "chunks"])
+def test_record_sse_refuses_meta_that_sets_the_timing_files_own_keys(
+    key: str, tmp_path: Path
+) -> None:
+    """``record_sse(meta={"version": 0})`` wrote the caller's value over the timing
+    file's own (a ``chunks`` key even made the file hold the key twice)."""
+
+    async def body() -> AsyncIterator[bytes]:
+        yield b"data: {}\n\n"
+
+    with pytest.raises(ValueError, match=key):
+        record_sse(body(), tmp_path / "turn.sse", meta={key: 0})
+    assert list(tmp_path.iterdir()) == []
