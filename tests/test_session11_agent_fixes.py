@@ -1,0 +1,84 @@
+"""Regression tests of session 11's agent fixes: a turn kept as a dict, an evolved live
+state, a turn given a time limit, and turn tasks left pending at exit.
+
+Each failed on the commit before its fix, for the reason its docstring gives. Every HTTP
+exchange is real aiohttp over 127.0.0.1 (rafrx.testing.LLMServer).
+"""
+
+from __future__ import annotations
+
+import json
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from rafrx._finite import finite
+from rafrx.messages import ChatMessage, MessageRole, MessageSource, ToolCall
+from rafrx.response import AgentResponse, FinishReason, Usage
+from tests.strategies import json_values, unicode_text
+
+# ----------------------------------------------------------------- AgentResponse.to_dict
+
+#: JSON values strict JSON carries as they are (an infinity goes as null).
+_values = json_values().filter(lambda value: finite(value) == value)
+_calls = st.builds(
+    ToolCall,
+    unicode_text(min_size=1),
+    unicode_text(min_size=1),
+    _values,
+    raw_arguments=st.none() | unicode_text(),
+    error=st.none() | unicode_text(),
+    complete=st.booleans(),
+    partial_value=_values,
+)
+_blocks = st.dictionaries(
+    unicode_text(min_size=1), st.lists(st.dictionaries(unicode_text(), _values), max_size=2)
+).map(lambda kept: {k: tuple(v) for k, v in kept.items()})
+_messages = st.builds(
+    ChatMessage,
+    st.sampled_from(MessageRole),
+    unicode_text(),
+    name=st.none() | unicode_text(),
+    tool_calls=st.none() | st.lists(_calls, max_size=2),
+    tool_call_id=st.none() | unicode_text(),
+    source=st.none() | st.sampled_from(MessageSource),
+    reasoning=st.none() | unicode_text(),
+    provider_data=st.none() | _blocks,
+    is_error=st.booleans(),
+)
+_counts = st.integers(min_value=0, max_value=10**6)
+_usages = st.builds(Usage, _counts, _counts, _counts, st.none() | _counts, st.none() | _counts)
+_responses = st.builds(
+    AgentResponse,
+    id=st.none() | unicode_text(),
+    model=st.none() | unicode_text(),
+    text=unicode_text(),
+    reasoning_text=st.none() | unicode_text(),
+    tool_calls=st.lists(_calls, max_size=2),
+    tool_messages=st.lists(_messages, max_size=2),
+    turn_transcript=st.lists(_messages, max_size=3),
+    finish_reason=st.none() | st.sampled_from(FinishReason),
+    usage=st.none() | _usages,
+    source_agent_id=st.none() | unicode_text(),
+    interrupted=st.booleans(),
+)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_responses)
+def test_a_response_with_every_field_is_stored_and_read_back_equal(
+    response: AgentResponse,
+) -> None:
+    """``to_dict()`` wrote each message in OpenAI wire form: a message's ``source`` and
+    ``is_error`` and a cut call's ``partial_value`` and ``complete`` were lost, and
+    there was no ``from_dict`` to read a kept turn back."""
+    text = json.dumps(response.to_dict(), ensure_ascii=False, allow_nan=False)
+    assert AgentResponse.from_dict(json.loads(text)) == response
+
+
+def test_a_failed_tool_result_keeps_its_source_and_is_error_in_the_dict() -> None:
+    failed = ChatMessage.tool("Error: ValueError: no", "c1", is_error=True)
+    data = AgentResponse(tool_messages=[failed], turn_transcript=[failed]).to_dict()
+    for kept in (data["tool_messages"][0], data["turn_transcript"][0]):
+        assert kept["source"] == "tool_result"
+        assert kept["is_error"] is True
