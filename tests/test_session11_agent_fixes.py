@@ -9,12 +9,16 @@ from __future__ import annotations
 
 import json
 
+import attrs
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from rafrx import content as c
 from rafrx._finite import finite
+from rafrx.events import FinishEvent, ResponseStartedEvent
 from rafrx.messages import ChatMessage, MessageRole, MessageSource, ToolCall
-from rafrx.response import AgentResponse, FinishReason, Usage
+from rafrx.notebook._state import LiveState
+from rafrx.response import AgentResponse, AgentResponseResult, FinishReason, Usage
 from tests.strategies import json_values, unicode_text
 
 # ----------------------------------------------------------------- AgentResponse.to_dict
@@ -82,3 +86,43 @@ def test_a_failed_tool_result_keeps_its_source_and_is_error_in_the_dict() -> Non
     for kept in (data["tool_messages"][0], data["turn_transcript"][0]):
         assert kept["source"] == "tool_result"
         assert kept["is_error"] is True
+
+
+# ----------------------------------------------------------------- attrs.evolve(LiveState)
+
+
+def _one_call_with_a_tool() -> LiveState:
+    state = LiveState()
+    state.add(
+        AgentResponseResult(
+            events=[ResponseStartedEvent("r1", "m")],
+            contents=[c.TextContent("Check"), c.ToolCallStartContent("c1", "now")],
+        )
+    )
+    state.add(AgentResponseResult(contents=[c.TextContent("ing."), c.ToolCallEndContent("c1")]))
+    state.add(AgentResponseResult(contents=[c.ToolCallingContent("c1", "now", {})]))
+    return state
+
+
+def _rest_of_the_call() -> list[AgentResponseResult]:
+    return [
+        AgentResponseResult(contents=[c.ToolCalledContent("c1", "12:00")]),
+        AgentResponseResult(contents=[c.UsageContent(Usage(5, 2, 7))]),
+        AgentResponseResult(events=[FinishEvent(FinishReason.TOOL_CALLS, Usage(5, 2, 7))]),
+    ]
+
+
+def test_an_evolved_live_state_goes_on_as_the_original_does() -> None:
+    """``attrs.evolve`` made a state without its bookkeeping (the current LLM call's
+    cards, each call id's cards): the tool's result made a second card ``c1 #2`` and
+    the call's usage counted as a second LLM call's."""
+    original = _one_call_with_a_tool()
+    evolved = attrs.evolve(_one_call_with_a_tool(), model="other")
+    for state in (original, evolved):
+        for result in _rest_of_the_call():
+            state.add(result)
+    assert list(evolved.cards) == list(original.cards) == ["c1"]
+    assert evolved.cards["c1"].result == "12:00"
+    assert evolved.step_usage == original.step_usage == [Usage(5, 2, 7)]
+    assert evolved.usage == original.usage
+    assert (evolved.model, evolved.text) == ("other", original.text)
