@@ -42,7 +42,7 @@ import logging
 import threading
 import uuid
 import weakref
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from typing import Any, Protocol, TypeAlias
 
@@ -58,6 +58,7 @@ from rafrx.errors import (
     MaxStepsExceeded,
     RafrxError,
     TransportError,
+    TurnTimeout,
     error_text,
 )
 from rafrx.history import ContextProvider, HistoryProvider
@@ -312,7 +313,10 @@ class Agent:
         )
 
     def run(
-        self, message_or_messages: str | ChatMessage | Sequence[ChatMessage]
+        self,
+        message_or_messages: str | ChatMessage | Sequence[ChatMessage],
+        *,
+        timeout: float | None = None,
     ) -> Observable[AgentResponseResult]:
         """One turn, as the results of all its LLM calls and tool runs.
 
@@ -346,8 +350,16 @@ class Agent:
         filtered (``FinishReason.CONTENT_FILTER``) or that the server ended
         with an error (``FinishReason.ERROR``: ``finish_reason: "error"``)
         completes, but is not saved either.
+
+        ``timeout``: the seconds the turn may take to answer (loading history
+        and context, every LLM call and tool run); past it the turn is stopped
+        as by disposal, and ends with :class:`~rafrx.errors.TurnTimeout` (a
+        ``TimeoutError``) carrying ``.partial``; nothing is saved. The save of a
+        turn that answered in time is not cut. An ``asyncio.timeout`` around
+        :meth:`send` cancels the turn instead: what arrived is lost.
         """
         new_input = _as_input(message_or_messages)
+        _check_timeout(timeout)
 
         def subscribe(
             observer: abc.ObserverBase[AgentResponseResult],
@@ -360,7 +372,7 @@ class Agent:
                 return Disposable()
             for stranded in [t for t in tuple(self._turns) if t.event_loop.is_closed()]:
                 self._turns.discard(stranded)  # (in place: other threads' turns use the set)
-            turn = _Turn(self, new_input, observer, loop)
+            turn = _Turn(self, new_input, observer, loop, timeout)
             if not turn.served():
                 observer.on_error(
                     RuntimeError(
@@ -382,13 +394,28 @@ class Agent:
         return Observable(subscribe)
 
     async def send(
-        self, message_or_messages: str | ChatMessage | Sequence[ChatMessage]
+        self,
+        message_or_messages: str | ChatMessage | Sequence[ChatMessage],
+        *,
+        timeout: float | None = None,
     ) -> AgentResponse:
         """Run a turn and await its :class:`~rafrx.AgentResponse`.
 
-        Cancelling the awaiting task cancels the turn.
+        Cancelling the awaiting task cancels the turn. ``timeout`` (seconds) limits
+        the turn as in :meth:`run`: past it, :class:`~rafrx.errors.TurnTimeout` is
+        raised with ``.partial``, what the turn had received and run.
         """
-        return await collect_agent_response(self.run(message_or_messages), agent_id=self.id)
+        # (timeout given only when set: a run() overridden or wrapped with the one argument
+        # it had serves send() as before)
+        limit = {} if timeout is None else {"timeout": timeout}
+        results = self.run(message_or_messages, **limit)
+        return await collect_agent_response(results, agent_id=self.id)
+
+
+def _check_timeout(timeout: float | None) -> None:
+    """Refuse a turn's ``timeout`` that is not a positive number of seconds (or ``None``)."""
+    if timeout is not None and not timeout > 0:  # (NaN too)
+        raise ValueError(f"a turn's timeout is a positive number of seconds, got {timeout!r}")
 
 
 def _goes_on(step: AgentResponse) -> bool:
@@ -646,9 +673,11 @@ class _Turn:
         new_input: tuple[ChatMessage, ...],
         observer: abc.ObserverBase[AgentResponseResult],
         loop: asyncio.AbstractEventLoop,
+        timeout: float | None = None,
     ) -> None:
         self.agent = agent
         self.event_loop = loop
+        self.timeout = timeout  # (seconds to answer in: see Agent.run)
         self.new_input = new_input
         self.observer = observer
         self.turn = ResponseAggregator(agent.id)
@@ -761,6 +790,27 @@ class _Turn:
         return [*head, *context, *history, *self.new_input]
 
     async def loop(self) -> None:
+        await self.in_time(self.answer())
+        await self.save()
+
+    async def in_time(self, answering: Coroutine[Any, Any, None]) -> None:
+        """Await ``answering`` within the turn's timeout; past it, the awaiting is
+        cancelled (the running step disposed) and :class:`TurnTimeout` raised."""
+        if self.timeout is None:
+            return await answering
+        deadline = asyncio.timeout(self.timeout)
+        try:
+            async with deadline:
+                await answering
+        except TimeoutError:
+            if not deadline.expired():
+                raise  # (a TimeoutError of the turn's own code)
+            raise TurnTimeout(
+                f"the turn took longer than its timeout ({self.timeout:g} s)"
+            ) from None
+
+    async def answer(self) -> None:
+        """The LLM calls and tool runs of the turn, until the model answers."""
         agent = self.agent
         conversation = await self.messages()
         calling = used_tools = False
@@ -782,6 +832,10 @@ class _Turn:
             raise MaxStepsExceeded(
                 f"{doing} after {agent.max_steps} LLM calls (max_steps={agent.max_steps})"
             )
+
+    async def save(self) -> None:
+        """Save the turn's new input and transcript to the history it loaded, if any,
+        unless the provider refused or filtered its answer or ended it with an error."""
         if self.history is None:
             return
         response = self.turn.response()

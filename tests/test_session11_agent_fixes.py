@@ -10,15 +10,21 @@ from __future__ import annotations
 import json
 
 import attrs
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from rafrx import Agent
 from rafrx import content as c
 from rafrx._finite import finite
+from rafrx.errors import RafrxError, TurnTimeout
 from rafrx.events import FinishEvent, ResponseStartedEvent
+from rafrx.history import InMemoryHistoryProvider
 from rafrx.messages import ChatMessage, MessageRole, MessageSource, ToolCall
 from rafrx.notebook._state import LiveState
 from rafrx.response import AgentResponse, AgentResponseResult, FinishReason, Usage
+from rafrx.sources.clients import OpenAIChatClient
+from rafrx.testing import LLMServer, Reply, ToolCallSpec
 from tests.strategies import json_values, unicode_text
 
 # ----------------------------------------------------------------- AgentResponse.to_dict
@@ -68,7 +74,7 @@ _responses = st.builds(
 )
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(_responses)
 def test_a_response_with_every_field_is_stored_and_read_back_equal(
     response: AgentResponse,
@@ -126,3 +132,61 @@ def test_an_evolved_live_state_goes_on_as_the_original_does() -> None:
     assert evolved.step_usage == original.step_usage == [Usage(5, 2, 7)]
     assert evolved.usage == original.usage
     assert (evolved.model, evolved.text) == ("other", original.text)
+
+
+# ----------------------------------------------------------------- Agent.send(timeout=...)
+
+
+def now() -> str:
+    """The time."""
+    return "12:00"
+
+
+#: A slow answer: 120 deltas 20 ms apart (2.4 s), cut by a timeout of a fraction of that.
+SLOW_ANSWER = Reply(text="It is noon. " * 40, chunk_size=4, delay=0.02)
+
+
+@pytest.mark.asyncio
+async def test_a_turn_over_its_timeout_ends_with_a_typed_error_holding_what_arrived() -> None:
+    """Only ``asyncio.timeout`` around ``send()`` could limit a turn: it cancelled the
+    turn, and the caller got a bare ``TimeoutError`` with nothing of the tool's result
+    or the text that had arrived (``send`` took no ``timeout``)."""
+    history = InMemoryHistoryProvider()
+    async with LLMServer() as server:
+        server.enqueue(Reply(tool_calls=[ToolCallSpec("now", {})]), SLOW_ANSWER, Reply(text="Hi."))
+        async with OpenAIChatClient(server.url, model="m") as client:
+            agent = Agent(client, tools=[now], history=history)
+            with pytest.raises(TurnTimeout) as caught:
+                await agent.send("Time?", timeout=0.4)
+            error = caught.value
+            assert isinstance(error, RafrxError)
+            assert isinstance(error, TimeoutError)
+            assert "0.4 s" in str(error)
+            assert not error.retryable
+            partial = error.partial
+            assert partial is not None
+            assert partial.interrupted
+            assert [m.content for m in partial.tool_messages] == ["12:00"]
+            assert partial.text.startswith("It is noon.")
+            assert partial.finish_reason is None  # (the last LLM call never finished)
+            assert list(await history.load()) == []  # a failed turn: nothing saved
+            assert (await agent.send("Hello")).text == "Hi."  # the agent goes on
+    assert [m.content for m in await history.load()] == ["Hello", "Hi."]
+
+
+@pytest.mark.asyncio
+async def test_a_turn_within_its_timeout_is_saved_as_without_one() -> None:
+    history = InMemoryHistoryProvider()
+    async with LLMServer() as server:
+        server.enqueue(Reply(text="Hi."))
+        async with OpenAIChatClient(server.url, model="m") as client:
+            response = await Agent(client, history=history).send("Hello", timeout=5)
+    assert response.text == "Hi."
+    assert [m.content for m in await history.load()] == ["Hello", "Hi."]
+
+
+@pytest.mark.parametrize("timeout", [0, -1, float("nan")])
+def test_a_timeout_that_is_not_a_positive_number_of_seconds_is_refused(timeout: float) -> None:
+    agent = Agent(object())  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="timeout"):
+        agent.run("Hello", timeout=timeout)
