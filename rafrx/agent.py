@@ -87,6 +87,10 @@ logger = logging.getLogger(__name__)
 #: Running turns, so that a turn nobody holds a reference to still runs to its end.
 _RUNNING: set[asyncio.Task[None]] = set()
 
+#: The tasks of turns ending because their event loop ends (asyncio.run returned): a turn
+#: their observers start meanwhile could never end (the loop closes right after).
+_LOOP_ENDING: weakref.WeakSet[asyncio.Task[Any]] = weakref.WeakSet()
+
 
 ServerTool: TypeAlias = Mapping[str, Any]
 """A tool the provider defines and runs itself, as the provider's request shapes it."""
@@ -373,6 +377,12 @@ class Agent:
             for stranded in [t for t in tuple(self._turns) if t.event_loop.is_closed()]:
                 self._turns.discard(stranded)  # (in place: other threads' turns use the set)
             turn = _Turn(self, new_input, observer, loop, timeout)
+            if asyncio.current_task(loop) in _LOOP_ENDING:
+                # (started by the observer of a turn its loop's end cancelled: asyncio.run
+                # cancels only the tasks there were, then closes the loop, so a task made
+                # now would be left pending there)
+                turn.end_with_the_loop("the turn was not started: its event loop is ending")
+                return Disposable()
             if not turn.served():
                 observer.on_error(
                     RuntimeError(
@@ -727,11 +737,7 @@ class _Turn:
             if self.stopped or task is None or task.cancelling():
                 del cancelled, task  # (this frame is in its traceback: no cycle)
                 if not self.stopped:  # not disposed: its loop is ending (asyncio.run returned)
-                    ended = TransportError(
-                        "the turn was cancelled (its event loop ended?)", retryable=False
-                    )
-                    ended.partial = self.turn.failed(ended)
-                    self.terminate(self.observer.on_error, ended)
+                    self.end_with_the_loop("the turn was cancelled (its event loop ended?)")
                 raise
             # Raised by the turn's own code (a provider, a client's on_error), its task not
             # cancelled: that code failed, and the turn with it.
@@ -761,6 +767,20 @@ class _Turn:
             self.terminate(self.observer.on_completed)
         finally:
             self.leave()
+
+    def end_with_the_loop(self, said: str) -> None:
+        """End the turn with the error ``said``: its event loop is ending. Turns its
+        observer starts meanwhile (on this task) end so too, never started."""
+        ended = TransportError(said, retryable=False)
+        ended.partial = self.turn.failed(ended)
+        task = asyncio.current_task(self.event_loop)
+        if task is not None:
+            _LOOP_ENDING.add(task)
+        try:
+            self.terminate(self.observer.on_error, ended)
+        finally:
+            if task is not None:
+                _LOOP_ENDING.discard(task)
 
     def terminate(self, call: Callable[..., None], *args: Any) -> None:
         """Call a terminal method (the turn has ended: the next may start in it); an

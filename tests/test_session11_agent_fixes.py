@@ -8,6 +8,11 @@ exchange is real aiohttp over 127.0.0.1 (rafrx.testing.LLMServer).
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
 
 import attrs
 import pytest
@@ -190,3 +195,54 @@ def test_a_timeout_that_is_not_a_positive_number_of_seconds_is_refused(timeout: 
     agent = Agent(object())  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="timeout"):
         agent.run("Hello", timeout=timeout)
+
+
+# ----------------------------------------------------------------- turns left pending at exit
+
+#: A program whose turn's observer starts the next turn when the turn ends with an error:
+#: here, the error of its loop's end (asyncio.run returns with the turn still streaming).
+_NEXT_TURN_ON_ERROR = textwrap.dedent(
+    """
+    import asyncio, reactivex
+    from rafrx import Agent
+
+    class Never:
+        def stream(self, messages, tools=None, **params):
+            return reactivex.never()
+
+    agent = Agent(Never())
+
+    def again(error):
+        print("one:", error)
+        agent.run("two").subscribe(lambda _: None, lambda error: print("two:", error))
+
+    async def main():
+        agent.run("one").subscribe(lambda _: None, again)
+        await asyncio.sleep(0.01)
+
+    asyncio.run(main())
+    """
+)
+
+
+def test_a_turn_started_as_its_loop_ends_is_not_left_pending_at_exit() -> None:
+    """``asyncio.run`` cancels the tasks there are, then closes the loop: a turn the
+    first turn's observer started on its error (the loop's end) got a task that was
+    never cancelled, reported "Task was destroyed but it is pending!" (name
+    'rafrx turn') at the interpreter's exit, and never told its observer."""
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    done = subprocess.run(
+        [sys.executable, "-c", _NEXT_TURN_ON_ERROR],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "destroyed but it is pending" not in done.stderr, done.stderr
+    assert done.stdout.splitlines() == [
+        "one: the turn was cancelled (its event loop ended?)",
+        "two: the turn was not started: its event loop is ending",
+    ]
