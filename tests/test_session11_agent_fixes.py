@@ -79,7 +79,7 @@ _responses = st.builds(
 )
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(_responses)
 def test_a_response_with_every_field_is_stored_and_read_back_equal(
     response: AgentResponse,
