@@ -21,7 +21,6 @@ from hypothesis import strategies as st
 
 from rafrx import Agent
 from rafrx import content as c
-from rafrx._finite import finite
 from rafrx.errors import RafrxError, TurnTimeout
 from rafrx.events import FinishEvent, ResponseStartedEvent
 from rafrx.history import InMemoryHistoryProvider
@@ -30,12 +29,13 @@ from rafrx.notebook._state import LiveState
 from rafrx.response import AgentResponse, AgentResponseResult, FinishReason, Usage
 from rafrx.sources.clients import OpenAIChatClient
 from rafrx.testing import LLMServer, Reply, ToolCallSpec
-from tests.strategies import json_values, unicode_text
+from tests.strategies import unicode_text
 
 # ----------------------------------------------------------------- AgentResponse.to_dict
 
-#: JSON values strict JSON carries as they are (an infinity goes as null).
-_values = json_values().filter(lambda value: finite(value) == value)
+#: JSON values (flat: any JSON value's round trip is test_message_storage's).
+_scalars = st.none() | st.booleans() | st.integers() | unicode_text(max_size=5)
+_values = _scalars | st.lists(_scalars, max_size=2) | st.dictionaries(unicode_text(), _scalars)
 _calls = st.builds(
     ToolCall,
     unicode_text(min_size=1),
@@ -79,7 +79,7 @@ _responses = st.builds(
 )
 
 
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(_responses)
 def test_a_response_with_every_field_is_stored_and_read_back_equal(
     response: AgentResponse,
