@@ -57,6 +57,7 @@ from rafrx.errors import (
     ToolNotFound,
     ToolTimeout,
     TransportError,
+    TurnTimeout,
 )
 from rafrx.events import Event, FinishEvent, ResponseStartedEvent, ToolApprovalRequestEvent
 from rafrx.history import ContextProvider, HistoryProvider, InMemoryHistoryProvider
@@ -188,6 +189,7 @@ __all__ = [
     "ToolNotFound",
     "ToolTimeout",
     "TransportError",
+    "TurnTimeout",
     "UpdateDecoder",
     "UriContent",
     "Usage",

@@ -42,7 +42,7 @@ import logging
 import threading
 import uuid
 import weakref
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from typing import Any, Protocol, TypeAlias
 
@@ -58,6 +58,7 @@ from rafrx.errors import (
     MaxStepsExceeded,
     RafrxError,
     TransportError,
+    TurnTimeout,
     error_text,
 )
 from rafrx.history import ContextProvider, HistoryProvider
@@ -85,6 +86,10 @@ logger = logging.getLogger(__name__)
 
 #: Running turns, so that a turn nobody holds a reference to still runs to its end.
 _RUNNING: set[asyncio.Task[None]] = set()
+
+#: The tasks of turns ending because their event loop ends (asyncio.run returned): a turn
+#: their observers start meanwhile could never end (the loop closes right after).
+_LOOP_ENDING: weakref.WeakSet[asyncio.Task[Any]] = weakref.WeakSet()
 
 
 ServerTool: TypeAlias = Mapping[str, Any]
@@ -312,7 +317,10 @@ class Agent:
         )
 
     def run(
-        self, message_or_messages: str | ChatMessage | Sequence[ChatMessage]
+        self,
+        message_or_messages: str | ChatMessage | Sequence[ChatMessage],
+        *,
+        timeout: float | None = None,
     ) -> Observable[AgentResponseResult]:
         """One turn, as the results of all its LLM calls and tool runs.
 
@@ -346,8 +354,16 @@ class Agent:
         filtered (``FinishReason.CONTENT_FILTER``) or that the server ended
         with an error (``FinishReason.ERROR``: ``finish_reason: "error"``)
         completes, but is not saved either.
+
+        ``timeout``: the seconds the turn may take to answer (loading history
+        and context, every LLM call and tool run); past it the turn is stopped
+        as by disposal, and ends with :class:`~rafrx.errors.TurnTimeout` (a
+        ``TimeoutError``) carrying ``.partial``; nothing is saved. The save of a
+        turn that answered in time is not cut. An ``asyncio.timeout`` around
+        :meth:`send` cancels the turn instead: what arrived is lost.
         """
         new_input = _as_input(message_or_messages)
+        _check_timeout(timeout)
 
         def subscribe(
             observer: abc.ObserverBase[AgentResponseResult],
@@ -360,7 +376,13 @@ class Agent:
                 return Disposable()
             for stranded in [t for t in tuple(self._turns) if t.event_loop.is_closed()]:
                 self._turns.discard(stranded)  # (in place: other threads' turns use the set)
-            turn = _Turn(self, new_input, observer, loop)
+            turn = _Turn(self, new_input, observer, loop, timeout)
+            if asyncio.current_task(loop) in _LOOP_ENDING:
+                # (started by the observer of a turn its loop's end cancelled: asyncio.run
+                # cancels only the tasks there were, then closes the loop, so a task made
+                # now would be left pending there)
+                turn.end_with_the_loop("the turn was not started: its event loop is ending")
+                return Disposable()
             if not turn.served():
                 observer.on_error(
                     RuntimeError(
@@ -382,13 +404,28 @@ class Agent:
         return Observable(subscribe)
 
     async def send(
-        self, message_or_messages: str | ChatMessage | Sequence[ChatMessage]
+        self,
+        message_or_messages: str | ChatMessage | Sequence[ChatMessage],
+        *,
+        timeout: float | None = None,
     ) -> AgentResponse:
         """Run a turn and await its :class:`~rafrx.AgentResponse`.
 
-        Cancelling the awaiting task cancels the turn.
+        Cancelling the awaiting task cancels the turn. ``timeout`` (seconds) limits
+        the turn as in :meth:`run`: past it, :class:`~rafrx.errors.TurnTimeout` is
+        raised with ``.partial``, what the turn had received and run.
         """
-        return await collect_agent_response(self.run(message_or_messages), agent_id=self.id)
+        # (timeout given only when set: a run() overridden or wrapped with the one argument
+        # it had serves send() as before)
+        limit = {} if timeout is None else {"timeout": timeout}
+        results = self.run(message_or_messages, **limit)
+        return await collect_agent_response(results, agent_id=self.id)
+
+
+def _check_timeout(timeout: float | None) -> None:
+    """Refuse a turn's ``timeout`` that is not a positive number of seconds (or ``None``)."""
+    if timeout is not None and not timeout > 0:  # (NaN too)
+        raise ValueError(f"a turn's timeout is a positive number of seconds, got {timeout!r}")
 
 
 def _goes_on(step: AgentResponse) -> bool:
@@ -646,9 +683,11 @@ class _Turn:
         new_input: tuple[ChatMessage, ...],
         observer: abc.ObserverBase[AgentResponseResult],
         loop: asyncio.AbstractEventLoop,
+        timeout: float | None = None,
     ) -> None:
         self.agent = agent
         self.event_loop = loop
+        self.timeout = timeout  # (seconds to answer in: see Agent.run)
         self.new_input = new_input
         self.observer = observer
         self.turn = ResponseAggregator(agent.id)
@@ -698,11 +737,7 @@ class _Turn:
             if self.stopped or task is None or task.cancelling():
                 del cancelled, task  # (this frame is in its traceback: no cycle)
                 if not self.stopped:  # not disposed: its loop is ending (asyncio.run returned)
-                    ended = TransportError(
-                        "the turn was cancelled (its event loop ended?)", retryable=False
-                    )
-                    ended.partial = self.turn.failed(ended)
-                    self.terminate(self.observer.on_error, ended)
+                    self.end_with_the_loop("the turn was cancelled (its event loop ended?)")
                 raise
             # Raised by the turn's own code (a provider, a client's on_error), its task not
             # cancelled: that code failed, and the turn with it.
@@ -733,6 +768,20 @@ class _Turn:
         finally:
             self.leave()
 
+    def end_with_the_loop(self, said: str) -> None:
+        """End the turn with the error ``said``: its event loop is ending. Turns its
+        observer starts meanwhile (on this task) end so too, never started."""
+        ended = TransportError(said, retryable=False)
+        ended.partial = self.turn.failed(ended)
+        task = asyncio.current_task(self.event_loop)
+        if task is not None:
+            _LOOP_ENDING.add(task)
+        try:
+            self.terminate(self.observer.on_error, ended)
+        finally:
+            if task is not None:
+                _LOOP_ENDING.discard(task)
+
     def terminate(self, call: Callable[..., None], *args: Any) -> None:
         """Call a terminal method (the turn has ended: the next may start in it); an
         exception it raises goes to the loop's handler."""
@@ -761,6 +810,27 @@ class _Turn:
         return [*head, *context, *history, *self.new_input]
 
     async def loop(self) -> None:
+        await self.in_time(self.answer())
+        await self.save()
+
+    async def in_time(self, answering: Coroutine[Any, Any, None]) -> None:
+        """Await ``answering`` within the turn's timeout; past it, the awaiting is
+        cancelled (the running step disposed) and :class:`TurnTimeout` raised."""
+        if self.timeout is None:
+            return await answering
+        deadline = asyncio.timeout(self.timeout)
+        try:
+            async with deadline:
+                await answering
+        except TimeoutError:
+            if not deadline.expired():
+                raise  # (a TimeoutError of the turn's own code)
+            raise TurnTimeout(
+                f"the turn took longer than its timeout ({self.timeout:g} s)"
+            ) from None
+
+    async def answer(self) -> None:
+        """The LLM calls and tool runs of the turn, until the model answers."""
         agent = self.agent
         conversation = await self.messages()
         calling = used_tools = False
@@ -782,6 +852,10 @@ class _Turn:
             raise MaxStepsExceeded(
                 f"{doing} after {agent.max_steps} LLM calls (max_steps={agent.max_steps})"
             )
+
+    async def save(self) -> None:
+        """Save the turn's new input and transcript to the history it loaded, if any,
+        unless the provider refused or filtered its answer or ended it with an error."""
         if self.history is None:
             return
         response = self.turn.response()

@@ -44,6 +44,7 @@ __all__ = [
     "ToolNotFound",
     "ToolTimeout",
     "TransportError",
+    "TurnTimeout",
 ]
 
 #: Longest message or response body (in characters) an error keeps; the rest is cut.
@@ -161,6 +162,14 @@ class ConnectTimeout(StreamTimeout):
 
 class IdleTimeout(StreamTimeout):
     """The server sent nothing for longer than the idle timeout."""
+
+    retryable = False
+
+
+class TurnTimeout(StreamTimeout, TimeoutError):
+    """An agent's turn took longer than its ``timeout`` (``Agent.send(..., timeout=...)``):
+    it was stopped, and ``partial`` holds what it had received and run. A
+    ``TimeoutError`` too, as ``asyncio.timeout`` raises (without what arrived)."""
 
     retryable = False
 

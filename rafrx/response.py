@@ -16,15 +16,14 @@ from typing import TYPE_CHECKING, Any, final
 
 import attrs
 
-from rafrx._finite import finite
 from rafrx._slot_init import slot_init
+from rafrx.messages import ChatMessage, ToolCall
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Iterable, Mapping
 
     from rafrx.content import Content
     from rafrx.events import Event
-    from rafrx.messages import ChatMessage, ToolCall
 
 __all__ = ["AgentResponse", "AgentResponseResult", "FinishReason", "Usage"]
 
@@ -123,15 +122,6 @@ _PROVIDER_REASONS: dict[str, FinishReason] = {
 }
 
 
-def _message_dict(message: ChatMessage) -> dict[str, Any]:
-    """``message`` in OpenAI wire form, with its ``provider_data`` (JSON-ready) when it
-    keeps any: the wire form has no place for it."""
-    data = message.to_openai()
-    if message.provider_data is not None:
-        data["provider_data"] = finite(message.provider_data)
-    return data
-
-
 def _calls(items: Iterable[ToolCall]) -> tuple[ToolCall, ...]:
     return tuple(items)
 
@@ -216,9 +206,23 @@ class AgentResponse:
         return response_html(self)
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict (messages in OpenAI wire form, each with the
-        ``provider_data`` it keeps, such as thinking signatures and encrypted
-        reasoning, under that key, as :meth:`ChatMessage.to_dict` writes it).
+        """Every field as a JSON-ready dict, for keeping a turn (a file, a database):
+        :meth:`from_dict` gives back an equal response.
+
+        The calls and messages are written as :meth:`ToolCall.to_dict` and
+        :meth:`ChatMessage.to_dict` write them, every field kept (a message's
+        ``source`` and ``is_error``, the ``provider_data`` blocks a continuation
+        needs, a cut call's ``partial_value``); NaN and the infinities go as
+        ``None``. For the OpenAI wire form of the messages, use
+        :meth:`ChatMessage.to_openai`.
+
+        Example:
+            >>> from rafrx.messages import ChatMessage
+            >>> response = AgentResponse(text="Hi", turn_transcript=[ChatMessage.assistant("Hi")])
+            >>> response.to_dict()["turn_transcript"]
+            [{'role': 'assistant', 'content': 'Hi'}]
+            >>> AgentResponse.from_dict(response.to_dict()) == response
+            True
         """
         return {
             "id": self.id,
@@ -226,10 +230,31 @@ class AgentResponse:
             "text": self.text,
             "reasoning_text": self.reasoning_text,
             "tool_calls": [c.to_dict() for c in self.tool_calls],
-            "tool_messages": [_message_dict(m) for m in self.tool_messages],
-            "turn_transcript": [_message_dict(m) for m in self.turn_transcript],
+            "tool_messages": [m.to_dict() for m in self.tool_messages],
+            "turn_transcript": [m.to_dict() for m in self.turn_transcript],
             "finish_reason": None if self.finish_reason is None else str(self.finish_reason),
             "usage": None if self.usage is None else attrs.asdict(self.usage),
             "source_agent_id": self.source_agent_id,
             "interrupted": self.interrupted,
         }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> AgentResponse:
+        """The response :meth:`to_dict` wrote (keys left out take their defaults; keys
+        it does not know are ignored; the values are copied, not shared with ``data``)."""
+
+        reason = data.get("finish_reason")
+        usage = data.get("usage")
+        return cls(
+            id=data.get("id"),
+            model=data.get("model"),
+            text=data.get("text", ""),
+            reasoning_text=data.get("reasoning_text"),
+            tool_calls=[ToolCall.from_dict(c) for c in data.get("tool_calls", ())],
+            tool_messages=[ChatMessage.from_dict(m) for m in data.get("tool_messages", ())],
+            turn_transcript=[ChatMessage.from_dict(m) for m in data.get("turn_transcript", ())],
+            finish_reason=None if reason is None else FinishReason(reason),
+            usage=None if usage is None else Usage(**usage),
+            source_agent_id=data.get("source_agent_id"),
+            interrupted=bool(data.get("interrupted", False)),
+        )

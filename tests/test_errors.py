@@ -31,6 +31,8 @@ HIERARCHY = [
     (e.ToolApprovalDenied, e.ToolError),
     (e.ToolExecutionError, e.ToolError),
     (e.MaxStepsExceeded, e.RafrxError),
+    (e.TurnTimeout, e.StreamTimeout),
+    (e.TurnTimeout, TimeoutError),
     (e.RafrxError, Exception),
 ]
 
@@ -42,7 +44,7 @@ def test_hierarchy(cls: type[Exception], base: type[Exception]) -> None:
 
 def test_every_exported_error_is_a_rafrx_error() -> None:
     exported = [getattr(e, name) for name in e.__all__ if name != "MAX_BODY_CHARS"]
-    assert len(exported) == 20
+    assert len(exported) == 21
     assert all(issubclass(cls, e.RafrxError) for cls in exported)
 
 

@@ -213,7 +213,7 @@ def test_agent_response_to_dict_is_json_ready() -> None:
     assert json.loads(json.dumps(data)) == data
     assert data["finish_reason"] == "stop"
     assert data["tool_calls"][0]["arguments"] == {"path": "ä.py"}
-    assert data["turn_transcript"][0]["tool_calls"][0]["function"]["name"] == "read"
+    assert data["turn_transcript"][0]["tool_calls"][0]["name"] == "read"
     assert data["usage"]["total_tokens"] == 3
     assert data["interrupted"] is False
 

@@ -107,7 +107,9 @@ class LiveState:
     call of the turn used too) the id and `` #2``, `` #3``...
     ``finish_reason`` is the current LLM call's (``None`` until it finishes).
     Every read of ``blocks`` is current, ``attrs.asdict`` and ``attrs.evolve``'s
-    too (the text deltas are joined into their block when it is read).
+    too (the text deltas are joined into their block when it is read), and a
+    state made by ``attrs.evolve`` goes on as the original would (with the
+    fields changed), sharing its lists, dicts and cards as ``evolve`` does.
 
     Example:
         >>> from rafrx.response import AgentResponseResult
@@ -118,23 +120,33 @@ class LiveState:
         [['text', 'Hello']]
     """
 
-    # (read through _current_blocks, set below: the deltas not yet joined go in first)
+    # The bookkeeping (underscored) is given to __init__ by the same names, so that
+    # attrs.evolve carries it over: a state made without it would lose track of the
+    # current LLM call and of each call id's cards.
+
+    # (read through _join_parts, set below: the deltas not yet joined go in first)
     blocks: list[list[str]] = attrs.field(factory=list)
     # Deltas of the last text or reasoning block not yet joined into it: appending
     # each to the block itself would copy the whole block every time (quadratic).
-    _parts: list[str] = attrs.field(factory=list, init=False, repr=False, eq=False)
+    _parts: list[str] = attrs.field(
+        factory=list, alias="_parts", kw_only=True, repr=False, eq=False
+    )
     cards: dict[str, ToolCard] = attrs.field(factory=dict)
     # Per LLM call of the turn: its call ids' cards (an id may come again in a later call).
-    _calls: list[dict[str, ToolCard]] = attrs.field(factory=list, init=False, repr=False, eq=False)
+    _calls: list[dict[str, ToolCard]] = attrs.field(
+        factory=list, alias="_calls", kw_only=True, repr=False, eq=False
+    )
     # Per call id: its cards in order (one per LLM call that made it); those that may still
     # be handed over; the next " #n" of its cards' keys.
     _cards_of: dict[str, list[ToolCard]] = attrs.field(
-        factory=dict, init=False, repr=False, eq=False
+        factory=dict, alias="_cards_of", kw_only=True, repr=False, eq=False
     )
     _open_cards: dict[str, deque[ToolCard]] = attrs.field(
-        factory=dict, init=False, repr=False, eq=False
+        factory=dict, alias="_open_cards", kw_only=True, repr=False, eq=False
     )
-    _next_n: dict[str, int] = attrs.field(factory=dict, init=False, repr=False, eq=False)
+    _next_n: dict[str, int] = attrs.field(
+        factory=dict, alias="_next_n", kw_only=True, repr=False, eq=False
+    )
     step_usage: list[Usage | None] = attrs.field(factory=list)
     errors: list[str] = attrs.field(factory=list)
     model: str | None = None
