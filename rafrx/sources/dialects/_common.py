@@ -53,7 +53,8 @@ class Dialect(Protocol):
 
     A dialect may also have ``salvage() -> list[AgentResponseUpdate]``: what it
     still owes once the stream failed (usually the usage reported so far, which
-    would have come with the ``Finish``); :meth:`UpdateDecoder.salvage
+    would have come with the ``Finish``, or the ``Finish`` itself when its finish
+    reason came); :meth:`UpdateDecoder.salvage
     <rafrx.sources.UpdateDecoder.salvage>` calls it.
     """
 
