@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -17,8 +18,11 @@ import reactivex
 from rafrx import ChatMessage, FinishReason, RafrxError, collect_agent_response
 from rafrx import operators as ops
 from rafrx import updates as u
-from rafrx.errors import IdleTimeout
+from rafrx.errors import IdleTimeout, IncompleteStream, MalformedEvent
+from rafrx.sources import from_sse
 from rafrx.sources.clients import AnthropicClient, OpenAIChatClient, Timeouts
+from rafrx.sources.dialects import AnthropicDialect, Dialect, OpenAIChatDialect
+from rafrx.sse import ServerSentEvent
 from rafrx.testing import Fault, LLMServer
 
 USER = [ChatMessage.user("hi")]
@@ -142,3 +146,111 @@ def test_an_error_after_a_finish_belongs_to_the_llm_call_that_finished() -> None
     next_call.pipe(ops.convert(), ops.aggregate()).subscribe(on_error=errors.append)
     partial = errors[0].partial  # type: ignore[attr-defined]
     assert (partial.text, partial.finish_reason) == ("Himore", None)
+
+
+# ---------------------------------------------------------------- item 3: too deep to write
+
+
+def _tool_use_start(depth: int) -> ServerSentEvent:
+    """A ``content_block_start`` whose tool_use ``input`` nests ``depth`` arrays deep."""
+    deep = "[" * depth + "]" * depth
+    data = (
+        '{"type": "content_block_start", "index": 1, "content_block": {"type": "tool_use", '
+        f'"id": "toolu_1", "name": "f", "input": {{"a": {deep}}}}}}}'
+    )
+    return ServerSentEvent("content_block_start", data)
+
+
+def _chat_call_chunk(depth: int) -> ServerSentEvent:
+    """A chat chunk whose tool call's ``arguments`` is an object nesting ``depth`` deep."""
+    deep = "[" * depth + "]" * depth
+    call = f'{{"index": 0, "id": "c1", "function": {{"name": "f", "arguments": {{"a": {deep}}}}}}}'
+    data = f'{{"choices": [{{"index": 0, "delta": {{"tool_calls": [{call}]}}}}]}}'
+    return ServerSentEvent("", data)
+
+
+def _feed_error(dialect: Dialect, event: ServerSentEvent) -> Exception | None:
+    """What ``dialect.feed(event)`` raises (any exception), or None."""
+    try:
+        dialect.feed(event)
+    except Exception as err:  # (a bare RecursionError is the bug)
+        return err
+    return None
+
+
+def _too_deep_to_read(make: Callable[[], Dialect], event: Callable[[int], ServerSentEvent]) -> int:
+    """The least depth whose event ``json.loads`` refuses (a bisection)."""
+    low, high = 1, 1 << 16  # (readable, not)
+    while high - low > 1:
+        middle = (low + high) // 2
+        error = _feed_error(make(), event(middle))
+        if isinstance(error, MalformedEvent) and "not valid JSON" in str(error):
+            high = middle
+        else:
+            low = middle
+    return high
+
+
+@pytest.mark.parametrize(
+    ("make", "event", "window"),
+    [(AnthropicDialect, _tool_use_start, True), (OpenAIChatDialect, _chat_call_chunk, False)],
+)
+def test_arguments_too_deep_to_write_back_are_a_malformed_event(
+    make: Callable[[], Dialect], event: Callable[[int], ServerSentEvent], window: bool
+) -> None:
+    """Arguments a provider sends as a JSON value (an Anthropic tool_use block's starting
+    ``input``, a chat call's ``arguments`` object) are written back as text with
+    ``json.dumps``. Nested just deep enough that ``json.loads`` reads the event but
+    ``json.dumps``, called deeper in the stack, cannot write it, the Anthropic dialect
+    raised a bare ``RecursionError``, which breaks the ``Dialect.feed`` contract
+    (ProviderError or MalformedEvent). It is now a ``MalformedEvent`` keeping the event,
+    as data too deep to read is. (In a chat chunk the arguments sit deeper in the event
+    than ``json.dumps`` is in the stack: no such depth, checked all the same.)"""
+    limit = _too_deep_to_read(make, event)
+    too_deep_to_write = []
+    for depth in range(max(1, limit - 100), limit):
+        error = _feed_error(make(), event(depth))
+        assert error is None or isinstance(error, MalformedEvent), repr(error)
+        if error is not None:
+            assert error.raw == event(depth).data
+            assert "nested too deeply to write as JSON" in str(error)
+            too_deep_to_write.append(depth)
+    assert bool(too_deep_to_write) is window
+
+
+def test_updates_before_arguments_too_deep_to_write_are_kept() -> None:
+    """Through ``from_sse`` the text before such a block is kept in the partial, with the
+    typed error."""
+    head = b"".join(
+        anthropic_event(e)
+        for e in (
+            {"type": "message_start", "message": {"id": "msg_1", "model": "c"}},
+            {"type": "content_block_start", "index": 0, "content_block": {"type": "text"}},
+            {
+                "type": "content_block_delta",
+                "index": 0,
+                "delta": {"type": "text_delta", "text": "before"},
+            },
+            {"type": "content_block_stop", "index": 0},
+        )
+    )
+    limit = _too_deep_to_read(AnthropicDialect, _tool_use_start)
+    too_deep_to_write = 0
+    for depth in range(limit - 100, limit + 1):
+        start = _tool_use_start(depth)
+        body = head + f"event: {start.event}\ndata: {start.data}\n\n".encode()
+        errors: list[Exception] = []
+        from_sse([body], dialect="anthropic").pipe(ops.convert(), ops.aggregate()).subscribe(
+            on_error=errors.append
+        )
+        [error] = errors
+        if isinstance(error, IncompleteStream):
+            continue  # (read and written back: the stream only ends too soon)
+        assert isinstance(error, MalformedEvent)
+        assert error.partial is not None
+        assert error.partial.text == "before"
+        if "not valid JSON" in str(error):
+            break
+        assert "nested too deeply to write as JSON" in str(error)
+        too_deep_to_write += 1
+    assert too_deep_to_write

@@ -79,6 +79,7 @@ from rafrx.sources.dialects._common import (
     as_str,
     end_marker,
     error_event,
+    event_json,
     fitting,
     get_object,
     load_object,
@@ -355,7 +356,7 @@ class AnthropicDialect:
             state.extra = _tool_use_extra(block)
             initial = block.get("input")
             if initial:  # (Anthropic starts with {}; a gateway may start with the whole input)
-                state.input = json.dumps(initial, ensure_ascii=False)
+                state.input = event_json(event, initial, "a tool_use block's starting input")
             return [ToolCallStart(call_id, name)]
         state = self._blocks[index] = _Block(kind)
         if kind == "text":

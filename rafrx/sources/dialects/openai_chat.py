@@ -12,7 +12,8 @@ OpenAI-compatible endpoint, Mistral, vLLM, llama.cpp, xAI, Writer and others:
 * ``delta.tool_calls`` → :class:`~rafrx.updates.ToolCallDelta`. An entry
   without ``index`` (Ollama, Gemini, Mistral) that has a name or id starts a
   new call at the next free index, one without continues the last call.
-  Arguments sent as an object are serialised with :func:`json.dumps`.
+  Arguments sent as an object are serialised with :func:`json.dumps` (too deep
+  to write: a ``MalformedEvent``).
   Explicit ``null`` fields count as absent (Writer). A custom (free-form)
   tool's call (``custom: {name, input}``, GPT-5) has the arguments
   ``{"input": text}`` and a ``CUSTOM_TOOL_CALL_REF`` block, so that it goes
@@ -61,7 +62,6 @@ Example:
 
 from __future__ import annotations
 
-import json
 from typing import Any, Final
 
 import msgspec
@@ -77,6 +77,7 @@ from rafrx.sources.dialects._common import (
     as_int,
     as_str,
     error_event,
+    event_json,
     fitting,
     get_list,
     get_object,
@@ -656,7 +657,7 @@ class OpenAIChatDialect:
         if arguments is None:
             arguments = ""
         elif type(arguments) is not str:
-            arguments = json.dumps(arguments, ensure_ascii=False)
+            arguments = event_json(event, arguments, "a tool call's arguments (sent as an object)")
         return self._delta(self._wire_index(event, call), call_id, name, arguments)
 
     def _delta(
