@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import pytest
@@ -47,7 +47,13 @@ from rafrx.content import (
     ToolCallStartContent,
     UsageContent,
 )
-from rafrx.errors import LimitExceeded, ProtocolError, ProviderError, StreamInterrupted
+from rafrx.errors import (
+    LimitExceeded,
+    ProtocolError,
+    ProviderError,
+    RafrxError,
+    StreamInterrupted,
+)
 from rafrx.events import FinishEvent, ResponseStartedEvent, ToolApprovalRequestEvent
 from rafrx.operators._split_legacy_delta import LegacyDeltaSplitter
 from rafrx.response import AgentResponseResult, FinishReason, Usage
@@ -546,26 +552,44 @@ def test_usage_the_last_report_within_a_call_counts_and_calls_are_summed() -> No
 
 
 @pytest.mark.parametrize(
-    ("error", "reason"), [(ProviderError("down"), FR.ERROR), (StreamInterrupted("cut"), None)]
+    ("make_error", "reason"),
+    [(lambda: ProviderError("down"), FR.ERROR), (lambda: StreamInterrupted("cut"), None)],
 )
-@pytest.mark.parametrize("one_convert", [True, False])
-def test_an_error_after_a_finish_never_reports_the_earlier_finish(
-    error: Exception, reason: FinishReason | None, one_convert: bool
+def test_an_error_of_the_next_llm_call_never_reports_the_earlier_finish(
+    make_error: Callable[[], RafrxError], reason: FinishReason | None
 ) -> None:
-    """An error after an LLM call finished opens the next call, which did not finish:
-    the partial's finish reason is ERROR for a provider's error, else None, never the
-    earlier call's TOOL_CALLS (whether convert() spans both or runs per call)."""
+    """With one convert() per LLM call (as the agent does), an error of the next call
+    opens that call, which did not finish: the partial's finish reason is ERROR for a
+    provider's error, else None, never the earlier call's TOOL_CALLS."""
+    error = make_error()  # (one per run: aggregate() sets its .partial)
     finished = [u.TextDelta("a"), u.Finish(FR.TOOL_CALLS)]
-    if one_convert:
-        source = reactivex.concat(reactivex.from_iterable(finished), reactivex.throw(error))
-        results = source.pipe(ops.convert())
-    else:  # as the agent does: one convert() per LLM call
-        first = reactivex.from_iterable(finished).pipe(ops.convert())
-        results = reactivex.concat(first, reactivex.throw(error).pipe(ops.convert()))
+    first = reactivex.from_iterable(finished).pipe(ops.convert())
+    results = reactivex.concat(first, reactivex.throw(error).pipe(ops.convert()))
     with pytest.raises(type(error)) as caught:
         results.pipe(ops.aggregate()).run()
     partial = caught.value.partial
     assert partial.finish_reason is reason
+    assert partial.text == "a"
+    assert partial.interrupted is True
+
+
+@pytest.mark.parametrize(
+    "make_error", [lambda: ProviderError("down"), lambda: StreamInterrupted("cut")]
+)
+def test_an_error_right_after_a_finish_in_one_convert_keeps_that_finish(
+    make_error: Callable[[], RafrxError],
+) -> None:
+    """Within one convert(), an error right after a ``Finish`` is the finished LLM call's
+    (a stream that stalls or breaks after its finish reason, before ``[DONE]``): the
+    partial keeps that finish reason. (Before session 11 it opened a call of its own,
+    and the partial had none.)"""
+    error = make_error()
+    finished = [u.TextDelta("a"), u.Finish(FR.TOOL_CALLS)]
+    source = reactivex.concat(reactivex.from_iterable(finished), reactivex.throw(error))
+    with pytest.raises(type(error)) as caught:
+        source.pipe(ops.convert(), ops.aggregate()).run()
+    partial = caught.value.partial
+    assert partial.finish_reason is FR.TOOL_CALLS
     assert partial.text == "a"
     assert partial.interrupted is True
 

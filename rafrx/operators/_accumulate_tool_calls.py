@@ -68,7 +68,7 @@ class ToolCallAccumulator:
         ()
     """
 
-    __slots__ = ("_calls", "_id", "_in_call", "_max", "_meta", "_model")
+    __slots__ = ("_calls", "_finished_one", "_id", "_in_call", "_max", "_meta", "_model")
 
     def __init__(self, max_argument_chars: int = DEFAULT_MAX_ARGUMENT_CHARS) -> None:
         self._id: str | None = None
@@ -76,6 +76,7 @@ class ToolCallAccumulator:
         self._meta = ResponseMetadata()
         self._calls: dict[str, OpenCall] = {}
         self._in_call = False
+        self._finished_one = False  # a Finish came: out of a call, the last one finished
         self._max = max_argument_chars
 
     def result(
@@ -169,6 +170,7 @@ class ToolCallAccumulator:
                     contents = (*contents, UsageContent(usage, meta=meta))
                 result = self.result(contents, (FinishEvent(reason, usage),))
                 self._in_call = False
+                self._finished_one = True
                 self._calls.clear()
                 return (
                     AgentResponseResult(self._id, self._model, reason, contents, result.events),
@@ -198,9 +200,14 @@ class ToolCallAccumulator:
         return ()
 
     def fail(self, error: Exception) -> Sequence[AgentResponseResult]:
+        """The error as content: of the LLM call under way, or of the one that just
+        finished (a stream that stalls after its finish reason, before ``[DONE]`` or
+        ``message_stop``): an error starts no LLM call of its own."""
         message = error_text(error) or type(error).__name__
-        error_content = ErrorContent(message, meta=self._meta)
-        return (self.result((*self._held_halves(), error_content)),)
+        contents = (*self._held_halves(), ErrorContent(message, meta=self._meta))
+        if self._finished_one and not self._in_call:
+            return (AgentResponseResult(self._id, self._model, None, contents),)
+        return (self.result(contents),)
 
     def _held_halves(self) -> tuple[Content, ...]:
         """The high surrogates that open calls hold (they end cut short: their

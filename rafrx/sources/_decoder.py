@@ -189,9 +189,10 @@ class UpdateDecoder:
         ``message_start`` counts, a Responses ``response.failed`` event's, a
         chat chunk's), and the blocks that came whole (Anthropic's signed
         thinking and server tool results whose stop event never came, chat's
-        signed LiteLLM thinking blocks and OpenRouter's reasoning details).
-        ``[]`` after the terminal marker, on a second call, or from a dialect
-        without ``salvage()``.
+        signed LiteLLM thinking blocks and OpenRouter's reasoning details); and,
+        once a finish reason came (with no error event after it), the ``Finish``
+        itself, as the end of the body would have given it. ``[]`` after the
+        terminal marker, on a second call, or from a dialect without ``salvage()``.
 
         Example:
             >>> decoder = UpdateDecoder("anthropic")

@@ -233,7 +233,14 @@ class FullRun:
         before the error (``UpdateDecoder.salvage()``), read from the events' JSON:
         the usage reported so far, which only the ``Finish`` would carry, after
         Anthropic's blocks that came whole but not their end (signed thinking, a
-        server tool's result)."""
+        server tool's result); once a finish reason came, the ``Finish`` (with the
+        usage reported by then), as the end of the input would have delivered it."""
+        if self.finish_at is not None and n_events >= self.finish_at:
+            if self.dialect != "openai-chat":
+                return [self.finish()]
+            usage = self.chat_usage_after(n_events)
+            reason = self.finish().finish_reason
+            return [u.Finish(reason, None if usage is None else chat_usage(usage))]
         if self.dialect == "openai-chat":
             usage = self.chat_usage_after(n_events)
             return [] if usage is None else [u.Usage(chat_usage(usage))]

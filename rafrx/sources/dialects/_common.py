@@ -34,6 +34,7 @@ __all__ = [
     "as_str",
     "end_marker",
     "error_event",
+    "event_json",
     "fitting",
     "get_list",
     "get_object",
@@ -53,7 +54,8 @@ class Dialect(Protocol):
 
     A dialect may also have ``salvage() -> list[AgentResponseUpdate]``: what it
     still owes once the stream failed (usually the usage reported so far, which
-    would have come with the ``Finish``); :meth:`UpdateDecoder.salvage
+    would have come with the ``Finish``, or the ``Finish`` itself when its finish
+    reason came); :meth:`UpdateDecoder.salvage
     <rafrx.sources.UpdateDecoder.salvage>` calls it.
     """
 
@@ -99,6 +101,31 @@ def json_escaped(text: str) -> str:
 def malformed(event: ServerSentEvent, why: str) -> MalformedEvent:
     """A :class:`MalformedEvent` for ``event``, keeping its raw data."""
     return MalformedEvent(why, raw=event.data, event_name=event.event)
+
+
+def event_json(event: ServerSentEvent, value: Any, what: str) -> str:
+    """``value``, read from ``event``, as JSON text (non-ASCII kept): arguments a
+    provider sent as a JSON value where rafrx streams text.
+
+    Raises:
+        MalformedEvent: ``value`` is nested too deeply to write back (JSON that was
+            read close to Python's recursion limit), a typed error, as for data
+            nested too deeply to read.
+
+    Example:
+        >>> event_json(ServerSentEvent(data="{}"), {"q": "é"}, "arguments")
+        '{"q": "é"}'
+        >>> deep: list[object] = []
+        >>> for _ in range(100_000):
+        ...     deep = [deep]
+        >>> event_json(ServerSentEvent(data="{}"), deep, "the arguments")
+        Traceback (most recent call last):
+        rafrx.errors.MalformedEvent: the arguments: nested too deeply to write as JSON
+    """
+    try:
+        return json.dumps(value, ensure_ascii=False)
+    except RecursionError:
+        raise malformed(event, f"{what}: nested too deeply to write as JSON") from None
 
 
 def end_marker(event: ServerSentEvent) -> bool | None:

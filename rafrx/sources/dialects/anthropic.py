@@ -39,7 +39,8 @@
 * ``message_delta`` carries the stop reason and *cumulative* usage (it
   overwrites, never adds); ``message_stop`` → ``Finish(reason, usage)`` with
   ``prompt_tokens`` = input + cache creation + cache read tokens. A stop
-  reason seen without ``message_stop`` still counts as complete; a
+  reason seen without ``message_stop`` still counts as complete (a stream
+  that stalls or breaks there gives the ``Finish`` before its error); a
   ``data: [DONE]`` line (OpenAI's end, which gateways such as GitHub
   Copilot's add) ends the stream as the end of the input does.
 * ``event: error`` → :class:`~rafrx.errors.ProviderError` (``overloaded_error``,
@@ -69,7 +70,7 @@ from typing import Any
 import msgspec
 
 from rafrx import response
-from rafrx.errors import IncompleteStream
+from rafrx.errors import IncompleteStream, ProviderError
 from rafrx.messages import CONTAINER_REF, PAUSE_TURN_REF, TEXT_REF, TOOL_USE_REF, _tool_use_extra
 from rafrx.operators._split_legacy_delta import unique_call_id
 from rafrx.response import FinishReason
@@ -78,6 +79,7 @@ from rafrx.sources.dialects._common import (
     as_str,
     end_marker,
     error_event,
+    event_json,
     fitting,
     get_object,
     load_object,
@@ -249,14 +251,14 @@ class AnthropicDialect:
             if fitted is not None:
                 return self._content_delta(fitted.index, fitted.delta)
         if name == "error":
-            raise error_event(event)
+            raise self._failed(error_event(event))
         ended = end_marker(event)  # (blank data, or the [DONE] gateways add)
         if ended is not None:
             return self.close() if ended else []
         data = load_object(event)
         kind = data.get("type", name)
         if kind == "error":
-            raise provider_error(event, get_object(event, data, "error") or data)
+            raise self._failed(provider_error(event, get_object(event, data, "error") or data))
         handler = _HANDLERS.get(kind) if type(kind) is str else None
         if handler is None:
             return []  # ping, and event types added after this was written
@@ -277,10 +279,14 @@ class AnthropicDialect:
     def salvage(self) -> list[AgentResponseUpdate]:
         """After the stream failed: the blocks that came whole but not their end (a
         signed thinking block, a server tool's result), and the usage reported so far
-        (``message_start``'s), which only the ``Finish`` would have carried; see
-        :meth:`UpdateDecoder.salvage`."""
+        (``message_start``'s), which only the ``Finish`` would have carried; once a stop
+        reason came, the ``Finish`` itself, as at the end of input (the stream stalled or
+        broke before ``message_stop``; not after an error event, which says the response
+        failed); see :meth:`UpdateDecoder.salvage`."""
         if self._done:
             return []
+        if self._stop_reason is not None:
+            return self._finish()
         self._done = True
         out: list[AgentResponseUpdate] = []
         for _, block in sorted(self._blocks.items()):
@@ -292,6 +298,12 @@ class AnthropicDialect:
         return out
 
     # ------------------------------------------------------------ handlers
+
+    def _failed(self, error: ProviderError) -> ProviderError:
+        """``error``, the provider's word that the response failed: a stop reason it
+        gave before is no longer the response's (:meth:`salvage` gives no ``Finish``)."""
+        self._stop_reason = None
+        return error
 
     def _finish(self) -> list[AgentResponseUpdate]:
         self._done = True
@@ -344,7 +356,7 @@ class AnthropicDialect:
             state.extra = _tool_use_extra(block)
             initial = block.get("input")
             if initial:  # (Anthropic starts with {}; a gateway may start with the whole input)
-                state.input = json.dumps(initial, ensure_ascii=False)
+                state.input = event_json(event, initial, "a tool_use block's starting input")
             return [ToolCallStart(call_id, name)]
         state = self._blocks[index] = _Block(kind)
         if kind == "text":

@@ -12,7 +12,8 @@ OpenAI-compatible endpoint, Mistral, vLLM, llama.cpp, xAI, Writer and others:
 * ``delta.tool_calls`` → :class:`~rafrx.updates.ToolCallDelta`. An entry
   without ``index`` (Ollama, Gemini, Mistral) that has a name or id starts a
   new call at the next free index, one without continues the last call.
-  Arguments sent as an object are serialised with :func:`json.dumps`.
+  Arguments sent as an object are serialised with :func:`json.dumps` (too deep
+  to write: a ``MalformedEvent``).
   Explicit ``null`` fields count as absent (Writer). A custom (free-form)
   tool's call (``custom: {name, input}``, GPT-5) has the arguments
   ``{"input": text}`` and a ``CUSTOM_TOOL_CALL_REF`` block, so that it goes
@@ -38,7 +39,8 @@ OpenAI-compatible endpoint, Mistral, vLLM, llama.cpp, xAI, Writer and others:
   Moonshot's only in ``choices[0].usage``):
   the last non-null ones are kept and sent once, as ``Finish(reason, usage)``,
   at ``data: [DONE]`` (or at the end of input when a finish reason was seen:
-  some servers omit ``[DONE]``).
+  some servers omit ``[DONE]``; or, then, before the error of a stream that
+  stalls or breaks there).
 
 Only choice index 0 is read: with ``n > 1`` the other choices are ignored.
 Chunks whose ``object`` is neither ``chat.completion.chunk`` nor
@@ -60,13 +62,12 @@ Example:
 
 from __future__ import annotations
 
-import json
 from typing import Any, Final
 
 import msgspec
 
 from rafrx import response
-from rafrx.errors import IncompleteStream
+from rafrx.errors import IncompleteStream, ProviderError
 from rafrx.messages import CUSTOM_TOOL_CALL_REF, REASONING_DETAILS, THINKING_BLOCKS
 from rafrx.operators._split_legacy_delta import new_call_id
 from rafrx.response import FinishReason
@@ -76,6 +77,7 @@ from rafrx.sources.dialects._common import (
     as_int,
     as_str,
     error_event,
+    event_json,
     fitting,
     get_list,
     get_object,
@@ -285,7 +287,7 @@ class OpenAIChatDialect:
             return []
         name = event.event
         if name == "error":
-            raise error_event(event)
+            raise self._failed(error_event(event))
         if name not in ("message", ""):
             return []  # an unknown named event (e.g. a keep-alive): not a chunk
         data = event.data
@@ -308,7 +310,9 @@ class OpenAIChatDialect:
         if error is not None:
             if type(chunk.get("usage")) is dict:  # (OpenRouter's last chunk: salvage() gives it)
                 self._usage = chunk["usage"]
-            raise provider_error(event, error if isinstance(error, dict) else {"message": error})
+            raise self._failed(
+                provider_error(event, error if isinstance(error, dict) else {"message": error})
+            )
         out: list[AgentResponseUpdate] = []
         if not self._meta_sent and chunk.get("object") in _OBJECTS:
             response_id = as_str(chunk.get("id"))
@@ -393,10 +397,15 @@ class OpenAIChatDialect:
     def salvage(self) -> list[AgentResponseUpdate]:
         """After the stream failed: what only its end would have given, as far as it
         came (LiteLLM's thinking blocks, OpenRouter's reasoning details, the usage
-        reported); see :meth:`UpdateDecoder.salvage`."""
+        reported); and once a finish reason came, the ``Finish`` itself, as at the end of
+        input (the stream stalled or broke before ``[DONE]``; not after the provider's
+        error, which says the response failed); see
+        :meth:`UpdateDecoder.salvage`."""
         if self._done:
             return []
         self._done = True
+        if self._finish is not None:
+            return self._end()
         self._thinking.drop_unsigned()  # (cut before its signature: Claude would refuse it)
         out = self._held_reasoning()
         if self._usage is not None:
@@ -404,6 +413,12 @@ class OpenAIChatDialect:
         return out
 
     # ------------------------------------------------------------ internals
+
+    def _failed(self, error: ProviderError) -> ProviderError:
+        """``error``, the provider's word that the response failed: a finish reason it
+        gave before is no longer the response's (:meth:`salvage` gives no ``Finish``)."""
+        self._finish = None
+        return error
 
     def _end(self) -> list[AgentResponseUpdate]:
         """The updates at the end of the response: the end of custom calls' arguments,
@@ -642,7 +657,7 @@ class OpenAIChatDialect:
         if arguments is None:
             arguments = ""
         elif type(arguments) is not str:
-            arguments = json.dumps(arguments, ensure_ascii=False)
+            arguments = event_json(event, arguments, "a tool call's arguments (sent as an object)")
         return self._delta(self._wire_index(event, call), call_id, name, arguments)
 
     def _delta(
