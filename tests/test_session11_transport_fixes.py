@@ -16,7 +16,7 @@ from aiohttp import web
 from rafrx import ChatMessage, RafrxError, collect_agent_response
 from rafrx._redaction import redact
 from rafrx.errors import HTTPStatusError
-from rafrx.sources.clients import OpenAIChatClient
+from rafrx.sources.clients import AnthropicClient, OpenAIChatClient
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -92,3 +92,47 @@ def test_a_short_secret_is_redacted_as_a_word_and_a_long_one_everywhere() -> Non
     into ``[REDACTED]`` ("I [REDACTED]now"); a long secret is still found inside words."""
     assert redact("I know the key: k.", ["k"]) == "I know the key: [REDACTED]."
     assert redact("key=hunter2-hunter2x", ["hunter2-hunter2"]) == "key=[REDACTED]x"
+
+
+# ------------------------------------------------------------ 2. api_key and URL credentials
+
+
+def test_an_api_key_beside_credentials_in_base_url_is_refused_when_the_client_is_made() -> None:
+    """``OpenAIChatClient("https://user:pass@host/v1", api_key=...)`` failed every request.
+
+    What happens: the client is made, and each call ends in a ``TransportError``
+    "Cannot combine AUTHORIZATION header with AUTH argument or credentials encoded in
+    URL": aiohttp sends URL credentials as ``Authorization: Basic`` and refuses the key's
+    ``Authorization: Bearer`` beside them.
+
+    What should happen: a ``ValueError`` when the client is made, naming the conflict
+    and the URL with its password masked; neither secret in it. The same for an
+    ``Authorization`` given in ``headers=``.
+    """
+    url = "https://user:pa55-w0rd-xyz@gateway.example/v1"
+    with pytest.raises(ValueError, match="holds credentials and api_key") as caught:
+        OpenAIChatClient(url, api_key="sk-0123456789abcdef", model="m")
+    assert "pa55-w0rd-xyz" not in str(caught.value)
+    assert "sk-0123456789abcdef" not in str(caught.value)
+    assert "user:***@gateway.example" in str(caught.value)
+    with pytest.raises(ValueError, match="holds credentials and headers="):
+        OpenAIChatClient(url, model="m", headers={"authorization": "Bearer t-0123456789"})
+
+
+@pytest.mark.asyncio
+async def test_credentials_in_base_url_go_with_a_key_of_another_header() -> None:
+    """No conflict where the key has its own header (Anthropic's ``x-api-key``), or with
+    no key: a gateway's Basic credentials in ``base_url`` and the key both arrive."""
+    seen: list[tuple[str | None, str | None]] = []
+
+    async def gateway(request: web.Request) -> web.Response:
+        seen.append((request.headers.get("Authorization"), request.headers.get("x-api-key")))
+        return web.json_response({"error": {"message": "nope"}}, status=401)
+
+    async with serve(gateway) as url:
+        with_credentials = url.replace("http://", "http://user:pa55-w0rd-xyz@")
+        client = AnthropicClient(with_credentials, api_key="sk-ant-0123456789", model="m")
+        err = await failure(client.stream([ChatMessage.user("Hi")]))
+        await client.aclose()
+    assert isinstance(err, HTTPStatusError)
+    assert seen == [("Basic dXNlcjpwYTU1LXcwcmQteHl6", "sk-ant-0123456789")]
