@@ -7,6 +7,7 @@ exchange is real aiohttp over 127.0.0.1 (a small aiohttp app of the test's own).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
@@ -15,8 +16,8 @@ from aiohttp import web
 
 from rafrx import ChatMessage, RafrxError, collect_agent_response
 from rafrx._redaction import redact
-from rafrx.errors import HTTPStatusError
-from rafrx.sources.clients import AnthropicClient, OpenAIChatClient
+from rafrx.errors import ConnectTimeout, HTTPStatusError, TransportError
+from rafrx.sources.clients import AnthropicClient, OpenAIChatClient, Timeouts
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -136,3 +137,102 @@ async def test_credentials_in_base_url_go_with_a_key_of_another_header() -> None
         await client.aclose()
     assert isinstance(err, HTTPStatusError)
     assert seen == [("Basic dXNlcjpwYTU1LXcwcmQteHl6", "sk-ant-0123456789")]
+
+
+# ------------------------------------------------------------ 3. proxy errors
+
+ProxyHandler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+
+
+@asynccontextmanager
+async def proxy(handler: ProxyHandler) -> AsyncIterator[int]:
+    """A raw TCP server on 127.0.0.1 playing an HTTP proxy with ``handler``; yields its port."""
+    writers: list[asyncio.StreamWriter] = []
+
+    async def serve_one(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writers.append(writer)
+        await handler(reader, writer)
+
+    server = await asyncio.start_server(serve_one, "127.0.0.1", 0)
+    try:
+        yield server.sockets[0].getsockname()[1]
+    finally:
+        for writer in writers:
+            writer.close()
+        server.close()
+        await server.wait_closed()
+
+
+async def refuse_connect(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    await reader.readuntil(b"\r\n\r\n")  # (CONNECT api.example.test:443 HTTP/1.1 ...)
+    writer.write(
+        b"HTTP/1.1 407 Proxy Authentication Required\r\n"
+        b'Proxy-Authenticate: Basic realm="corp"\r\nContent-Length: 0\r\n\r\n'
+    )
+    await writer.drain()
+
+
+async def say_nothing(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    await reader.read()  # (until the client gives up)
+
+
+PROXY_PASSWORD = "Pr0xy-S3cret-pw"
+
+
+async def through_proxy(port: int, monkeypatch: pytest.MonkeyPatch) -> RafrxError:
+    """The error of a call to an HTTPS API through the proxy on ``port`` (from the
+    environment, with credentials)."""
+    monkeypatch.setenv("HTTPS_PROXY", f"http://svc:{PROXY_PASSWORD}@127.0.0.1:{port}")
+    for name in ("NO_PROXY", "no_proxy", "https_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    timeouts = Timeouts(connect=0.2, first_byte=0.2)
+    client = OpenAIChatClient(
+        "https://api.example.test/v1", "sk-0123456789abcdef", "m", trust_env=True, timeouts=timeouts
+    )
+    try:
+        return await failure(client.stream([ChatMessage.user("Hi")]))
+    finally:
+        await client.aclose()
+
+
+@pytest.mark.asyncio
+async def test_a_proxy_refusing_the_tunnel_is_named_with_its_status(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """What the user does: ``trust_env=True`` with ``HTTPS_PROXY`` naming a proxy that
+    answers the ``CONNECT`` with 407 Proxy Authentication Required.
+
+    What happens: ``ProtocolError("invalid HTTP response from https://api.example.test/
+    ...: ClientHttpProxyError: Proxy Authentication Required")``: a broken server, it
+    says, and the API's; no status.
+
+    What should happen: a ``TransportError`` (the connection could not be made) saying
+    the proxy refused, naming it by its address without its credentials, with the
+    status (not retryable: a 407 comes again).
+    """
+    async with proxy(refuse_connect) as port:
+        err = await through_proxy(port, monkeypatch)
+    assert type(err) is TransportError
+    said = str(err)
+    assert said.startswith(f"the proxy 127.0.0.1:{port} refused the tunnel to https://api.")
+    assert "HTTP 407 Proxy Authentication Required" in said
+    assert err.status == 407
+    assert not err.retryable
+    assert PROXY_PASSWORD not in f"{said} {err!r}"
+    assert "svc" not in said
+
+
+@pytest.mark.asyncio
+async def test_a_silent_proxy_is_named_in_the_connect_timeout(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A proxy that accepts the connection and never answers the ``CONNECT``: the
+    ``ConnectTimeout`` said "no response from https://api.example.test/..." only, and
+    the operator looked at the API. It names the proxy too (without credentials)."""
+    async with proxy(say_nothing) as port:
+        err = await through_proxy(port, monkeypatch)
+    assert type(err) is ConnectTimeout
+    said = str(err)
+    assert f"no response from the proxy 127.0.0.1:{port} or from https://api." in said
+    assert PROXY_PASSWORD not in f"{said} {err!r}"
+    assert "svc" not in said
