@@ -13,11 +13,15 @@ from contextlib import asynccontextmanager
 
 import pytest
 from aiohttp import web
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rafrx import ChatMessage, RafrxError, collect_agent_response
 from rafrx._redaction import redact
-from rafrx.errors import ConnectTimeout, HTTPStatusError, TransportError
+from rafrx.errors import ConnectTimeout, HTTPStatusError, LimitExceeded, TransportError
 from rafrx.sources.clients import AnthropicClient, OpenAIChatClient, Timeouts
+from rafrx.sse import SSEDecoder
+from tests import cut
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -236,3 +240,99 @@ async def test_a_silent_proxy_is_named_in_the_connect_timeout(
     assert f"no response from the proxy 127.0.0.1:{port} or from https://api." in said
     assert PROXY_PASSWORD not in f"{said} {err!r}"
     assert "svc" not in said
+
+
+# ------------------------------------------------------------ 4. an unfinished data line
+
+
+def test_an_unfinished_data_line_past_max_event_bytes_fails_at_once() -> None:
+    """``SSEDecoder(max_event_bytes=10)`` fed ``data: `` and 50 bytes with no line end
+    returned ``[]`` and went on buffering, up to ``max_line_bytes`` (16 MiB by default,
+    four times less than the event limit's default, but more than any event limit set
+    below it), and ``close()`` then said nothing: the body's end read as a cut stream.
+
+    What should happen: the event's data is past its limit as soon as those bytes are
+    in, line end or not: ``LimitExceeded`` for ``max_event_bytes`` then."""
+    decoder = SSEDecoder(max_line_bytes=1000, max_event_bytes=10)
+    with pytest.raises(LimitExceeded, match="max_event_bytes=10") as caught:
+        decoder.feed(b"data: " + b"x" * 50)
+    assert caught.value.limit == 10
+
+
+@pytest.mark.asyncio
+async def test_a_body_ending_in_an_oversized_data_line_is_no_incomplete_stream() -> None:
+    """End to end: a client with ``max_event_bytes=100`` and a server whose body ends in
+    a 500-byte data line with no line end got ``IncompleteStream``, as if the server had
+    cut a normal stream; it is the event limit's ``LimitExceeded``."""
+
+    async def oversized(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        await response.write(b"data: " + b"x" * 500)
+        await response.write_eof()
+        return response
+
+    async with serve(oversized) as url:
+        client = OpenAIChatClient(url + "/v1", model="m", max_event_bytes=100)
+        err = await failure(client.stream([ChatMessage.user("Hi")]))
+        await client.aclose()
+    assert type(err) is LimitExceeded
+    assert err.limit == 100
+
+
+def limit_error(chunks: list[bytes], max_line: int, max_event: int) -> tuple[list[str], int | None]:
+    """The data of the events a body split into ``chunks`` gives, and the limit of the
+    error it ends with (``None``: none)."""
+    decoder = SSEDecoder(max_line_bytes=max_line, max_event_bytes=max_event)
+    events: list[str] = []
+    try:
+        for chunk in chunks:
+            events += [event.data for event in decoder.feed(chunk)]
+            if decoder.error is not None:
+                break
+        decoder.close()
+    except LimitExceeded as err:
+        return events, err.limit
+    return events, None
+
+
+@settings(max_examples=80, deadline=None, database=None)
+@given(
+    before=st.lists(st.integers(0, 12), max_size=3),
+    value=st.integers(0, 60),
+    space=st.booleans(),
+    ended=st.booleans(),
+    max_line=st.integers(1, 50),
+    max_event=st.integers(1, 50),
+    offsets=st.lists(st.integers(0, 120), max_size=6),
+)
+def test_a_data_line_fails_at_the_first_limit_it_reaches_however_the_body_is_split(
+    before: list[int],
+    value: int,
+    space: bool,
+    ended: bool,
+    max_line: int,
+    max_event: int,
+    offsets: list[int],
+) -> None:
+    """The rule: a data line counts toward its event's size as its bytes arrive. The
+    error is the limit the line reaches first, reading it from its start (the event's
+    at a tie), whether the line has ended or not, and whatever the chunks."""
+    earlier = [f"data: {'y' * n}" for n in before]  # data lines of the same event
+    line = "data:" + " " * space + "z" * value
+    body = ("".join(f"{each}\n" for each in earlier) + line + "\n" * ended).encode()
+    events, limit = limit_error([body], max_line, max_event)
+    assert limit_error(cut(body, offsets), max_line, max_event) == (events, limit)
+    assert limit_error([bytes([b]) for b in body], max_line, max_event) == (events, limit)
+    assert events == []
+    # What the rule says, line by line: the first line past a limit decides.
+    data_size = 0  # the event's data so far, with a line end after each line
+    for text, value_at in [*((each, 6) for each in earlier), (line, 5 + space)]:
+        needed = max_event + 1 - data_size  # bytes of this line's value that pass the limit
+        event_at = 5 if needed <= 0 else value_at + needed
+        event_passed = event_at <= min(len(text), max_line + 1)
+        if event_passed or len(text) > max_line:
+            assert limit == (max_event if event_passed else max_line)
+            return
+        data_size += len(text) - value_at + 1
+    assert limit is None
