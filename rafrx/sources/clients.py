@@ -4,7 +4,9 @@ Each client's :meth:`~OpenAIChatClient.stream` returns a *cold*
 ``Observable[AgentResponseUpdate]``: every subscription sends one request (on
 the running event loop) and disposing it closes the connection. Errors are
 typed (:mod:`rafrx.errors`, see :mod:`rafrx.sources._http`); the API key never
-appears in a repr, an error or a log.
+appears in a repr, an error or a log (a key shorter than 8 characters, a local
+server's ``"ollama"``, is masked where it stands as a whole word, not inside
+other words).
 
 ``base_url`` is what the provider's SDK takes: the server's root
 (``https://api.openai.com``, the endpoint's ``/v1/...`` is added) or an API
@@ -388,7 +390,11 @@ class LLMClient(abc.ABC):
 
     Args:
         base_url: The server root or API prefix (see the module docs).
-        api_key: The API key; ``None`` sends none (local servers).
+        api_key: The API key; ``None`` sends none (local servers). Credentials in
+            ``base_url`` (``https://user:password@host``, sent as ``Authorization:
+            Basic``) beside a key sent as ``Authorization`` (OpenAI's clients), or
+            an ``Authorization`` in ``headers``, are a ``ValueError``: a request
+            carries one.
         model: The model name.
         timeouts: Connect, first-byte and idle timeouts.
         retry: Retry failed requests before any output (off by default).
