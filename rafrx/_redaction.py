@@ -450,15 +450,25 @@ def secret_prefix_at(text: str, secrets: Iterable[str], begin: int = 0, least: i
 
 
 def _short_secret_at_end(text: str, secrets: Iterable[str], begin: int = 0) -> int:
-    """Where a short secret that ``text`` ends with starts, if a letter or digit after
-    it would make it part of a word (no secret: see :func:`secret_spans`); else
-    ``len(text)``.
+    """Where a short secret standing as a word at the end of ``text`` starts (from
+    ``begin`` on): a letter, digit or ``_`` coming next would make it part of a
+    longer word, no secret (see :func:`secret_spans`); ``len(text)`` if none.
+
+    Example:
+        >>> _short_secret_at_end("my pw", ["pw"]), _short_secret_at_end("a cpw", ["pw"])
+        (3, 5)
     """
     at = len(text)
     for secret in secrets:
-        for form in _forms(secret) if 0 < len(secret) < SHORT_SECRET else ():
-            if text.endswith(form) and len(text) - len(form) >= begin and _WORD.match(form[-1]):
-                at = min(at, len(text) - len(form))
+        for form in _forms(secret) if secret else ():
+            start = len(text) - len(form)
+            if (
+                len(form) < SHORT_SECRET
+                and start >= begin
+                and _WORD.match(form[-1])
+                and _occurrence(form).match(text, start)
+            ):
+                at = min(at, start)
     return at
 
 
