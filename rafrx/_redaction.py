@@ -262,10 +262,7 @@ def _found(
     found: list[tuple[int, int, int, int]] = []
     for secret in secrets:
         for form in _forms(secret) if secret else ():
-            start = text.find(form, begin)
-            while start >= 0:
-                found.append((start, start, start + len(form), -1))
-                start = text.find(form, start + 1)
+            found += [(start, start, end, -1) for start, end in secret_spans(text, form, begin)]
     for index, pattern in enumerate(_PATTERNS):
         # Overlapping matches too: a "Bearer x" inside another key's run is one more key.
         match = pattern.search(text, begin)
@@ -280,6 +277,46 @@ def _found(
             if match is not None:
                 found.append((start, *match.span("s"), index))
     return found
+
+
+#: Secrets shorter than this are masked only where they stand as a whole word: a
+#: short key (``api_key="k"``, ``"ollama"``: what local servers are given) masked
+#: inside every word holding it would garble each text it is redacted from.
+SHORT_SECRET: Final = 8
+
+
+def secret_spans(text: str, secret: str, begin: int = 0) -> list[tuple[int, int]]:
+    """``(start, end)`` of each occurrence of ``secret`` in ``text`` from ``begin`` on
+    (overlapping ones too); one shorter than :data:`SHORT_SECRET` counts only as a
+    whole word: not with a letter, digit or ``_`` before or after it that its own
+    first or last one would run into.
+
+    Example:
+        >>> secret_spans("sk-proj-0123456789", "sk-proj-0123456789")
+        [(0, 18)]
+        >>> secret_spans("a bad key: k.", "k"), secret_spans("a bad key: k.", "a")
+        ([(11, 12)], [(0, 1)])
+    """
+    pattern = _occurrence(secret)
+    spans = []
+    match = pattern.search(text, begin)
+    while match is not None:
+        spans.append(match.span())
+        match = pattern.search(text, match.start() + 1)
+    return spans
+
+
+@functools.lru_cache(maxsize=256)
+def _occurrence(secret: str) -> re.Pattern[str]:
+    """``secret`` as :func:`secret_spans` finds it: a short one only as a whole word."""
+    if len(secret) >= SHORT_SECRET:
+        return re.compile(re.escape(secret))
+    before = r"(?<!\w)" if _WORD.match(secret[0]) else ""
+    after = r"(?!\w)" if _WORD.match(secret[-1]) else ""
+    return re.compile(before + re.escape(secret) + after)
+
+
+_WORD: Final = re.compile(r"\w")
 
 
 def _spans(text: str, secrets: Iterable[str]) -> list[tuple[int, int]]:
@@ -417,6 +454,29 @@ def secret_prefix_at(text: str, secrets: Iterable[str], begin: int = 0, least: i
     return at
 
 
+def _short_secret_at_end(text: str, secrets: Iterable[str], begin: int = 0) -> int:
+    """Where a short secret standing as a word at the end of ``text`` starts (from
+    ``begin`` on): a letter, digit or ``_`` coming next would make it part of a
+    longer word, no secret (see :func:`secret_spans`); ``len(text)`` if none.
+
+    Example:
+        >>> _short_secret_at_end("my pw", ["pw"]), _short_secret_at_end("a cpw", ["pw"])
+        (3, 5)
+    """
+    at = len(text)
+    for secret in secrets:
+        for form in _forms(secret) if secret else ():
+            start = len(text) - len(form)
+            if (
+                len(form) < SHORT_SECRET
+                and start >= begin
+                and _WORD.match(form[-1])
+                and _occurrence(form).match(text, start)
+            ):
+                at = min(at, start)
+    return at
+
+
 def _open_at(
     text: str,
     secrets: Iterable[str],
@@ -430,7 +490,7 @@ def _open_at(
     tail starting at one of ``keys`` (a complete key, growing) does not count.
     ``starts``: where text blocks begin (see :func:`_found`).
     """
-    at = secret_prefix_at(text, secrets, begin)
+    at = min(secret_prefix_at(text, secrets, begin), _short_secret_at_end(text, secrets, begin))
     for pattern in _OPEN_PATTERNS:
         match = pattern.search(text, begin)
         while match is not None and match.start() in keys:  # a later start may still be open

@@ -23,7 +23,8 @@ the deltas are redacted as one text (each LLM call's afresh), a stream that
 stops inside a secret hides what it had of it, and a provider block holding
 a piece of a split secret (a thinking block) hides that piece. A raw ``.sse``
 file keeps the exact bytes, masking only secrets that appear whole in them
-(in any JSON escaping).
+(in any JSON escaping). A given secret shorter than 8 characters is redacted
+only where it stands as a whole word, not inside every word holding it.
 
 Example:
     >>> import reactivex, tempfile, pathlib
@@ -371,7 +372,8 @@ def record(
     Args:
         observable: any rafrx stream (updates or result chunks).
         path: the ``.jsonl`` file to write.
-        secrets: strings to redact besides the built-in patterns.
+        secrets: strings to redact besides the built-in patterns (one shorter
+            than 8 characters only as a whole word).
 
     Example:
         >>> import reactivex, tempfile

@@ -27,6 +27,8 @@ Memory is bounded: a line longer than ``max_line_bytes`` or an event whose
 data is longer than ``max_event_bytes`` (both counted in UTF-8 bytes) raises
 :class:`~rafrx.errors.LimitExceeded` as soon as a chunk carries it over the
 limit, so the decoder never holds much more than the limits plus one chunk.
+A data line counts toward its event as its bytes arrive, ended or not; a line
+past both limits fails with the one it reached first (the event's at a tie).
 The events completed before the offending line or event come first, however
 the body is split: ``feed()`` returns them and keeps the error for the next
 ``feed()`` or ``close()`` (:attr:`SSEDecoder.error` tells a reader to stop):
@@ -373,7 +375,8 @@ class SSEDecoder:
             if at >= 0:
                 if at:  # the complete lines before it, as if they had come alone
                     self._process(text[:at], events)
-                self._line_too_long()
+                head = _head([*self._pieces, text]) if at == 0 else text[at : at + _HEAD]
+                self._past_a_limit(head, self._max_line + 1)
         blocks = text.split("\n\n")  # all but the last are followed by a blank line
         last = blocks.pop()
         if self._pieces:  # complete the line begun in earlier chunks
@@ -460,11 +463,9 @@ class SSEDecoder:
             self._lines(last[:cut].split("\n"), events)
             last = last[cut + 1 :]
         if last:  # the unfinished line (self._pieces is empty here)
-            size = len(last) if last.isascii() else _utf8_len(last)
-            if size > self._max_line:
-                self._line_too_long()
             self._pieces = [last]
-            self._tail_bytes = size
+            self._tail_bytes = len(last) if last.isascii() else _utf8_len(last)
+            self._check_open_line()
 
     def _lines(self, lines: list[str], events: list[ServerSentEvent]) -> None:
         """Interpret complete lines one by one, appending dispatched events.
@@ -526,12 +527,45 @@ class SSEDecoder:
         self._retry = retry
 
     def _add_piece(self, piece: str) -> None:
-        """Append to the unfinished line, refusing to grow it past the limit."""
-        size = self._tail_bytes + _utf8_len(piece)
+        """Append to the unfinished line, refusing to grow it past a limit."""
+        self._pieces.append(piece)
+        self._tail_bytes += _utf8_len(piece)
+        self._check_open_line()
+
+    def _check_open_line(self) -> None:
+        """Fail if the unfinished line is past a limit (see :meth:`_past_a_limit`)."""
+        size = self._tail_bytes
+        if size > self._max_line or size + self._data_size > self._max_event:
+            self._past_a_limit(_head(self._pieces), size)
+
+    def _past_a_limit(self, head: str, size: int) -> None:
+        """Fail for a line beginning with ``head`` of ``size`` UTF-8 bytes so far (or
+        ``max_line_bytes + 1`` for one known to be longer), if it is past a limit:
+        the event's, when it is a data line whose bytes so far already take the event
+        past ``max_event_bytes`` no later in the line than it passes
+        ``max_line_bytes``; else the line's. The first limit the line reaches decides,
+        however the body is split.
+        """
+        event_at = self._event_limit_at(head)
+        if event_at is not None and event_at <= min(size, self._max_line + 1):
+            self._event_too_big()
         if size > self._max_line:
             self._line_too_long()
-        self._pieces.append(piece)
-        self._tail_bytes = size
+
+    def _event_limit_at(self, head: str) -> int | None:
+        """How many UTF-8 bytes of a line beginning with ``head`` take the event being
+        built past ``max_event_bytes``: ``None`` if it is no data line (or it is not
+        known yet)."""
+        if head.startswith("data:"):
+            name_end = 5
+        elif self._error_field and head.startswith("error:"):
+            name_end = 6
+        else:
+            return None
+        needed = self._max_event + 1 - self._data_size  # bytes of the line's value
+        if needed <= 0:  # (the data before fill the event: the line itself is too many)
+            return name_end
+        return name_end + head.startswith(" ", name_end) + needed
 
     def _long_line_at(self, text: str) -> int:
         """Where the first line that ``text`` completes past the limit starts; -1 if none.
@@ -568,6 +602,27 @@ class SSEDecoder:
         """Keep ``err`` to raise again (a copy: ``err``'s traceback holds this decoder)."""
         self._reset()  # free the buffers
         self._error = detached(err)
+
+
+#: Characters of a line enough to tell a data line and where its value begins
+#: (``"error: "``, with :class:`SSEDecoder`'s ``error_field``).
+_HEAD: Final = 7
+
+
+def _head(pieces: list[str]) -> str:
+    """The first characters of the line that ``pieces`` make up: ``_HEAD`` or more,
+    or all of them.
+
+    Example:
+        >>> _head(["da", "t", "a: xyz", "abc"])
+        'data: xyz'
+    """
+    head = pieces[0]
+    for piece in pieces[1:]:
+        if len(head) >= _HEAD:
+            break
+        head += piece
+    return head
 
 
 def _parse_retry(value: str) -> int | None:

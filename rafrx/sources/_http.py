@@ -41,6 +41,7 @@ from typing import Any, Final, final
 import aiohttp
 import attrs
 import reactivex
+from aiohttp.helpers import get_env_proxy_for_url
 from aiohttp.http_exceptions import (
     HttpProcessingError,
 )
@@ -550,10 +551,21 @@ class _StreamCall:
             return TransportError(redact(f"cannot connect to {url}: {exc.os_error}", secrets))
         if isinstance(exc, TimeoutError):  # aiohttp.ServerTimeoutError too
             timeouts = self._describe_connect_timeout()
-            return ConnectTimeout(f"no response from {url} within {timeouts}")
+            via = self._proxy()
+            where = f"the proxy {via} or from {url} through it" if via else url
+            return ConnectTimeout(f"no response from {where} within {timeouts}")
         if isinstance(exc, aiohttp.ClientConnectionError | OSError):
             message = f"connection to {url} failed: {type(exc).__name__}: {exc}"
             return TransportError(redact(message, secrets))
+        if isinstance(exc, aiohttp.ClientHttpProxyError):  # (the proxy's answer to CONNECT)
+            via = self._proxy()
+            named = f"the proxy {via}" if via else "the proxy"
+            message = f"{named} refused the tunnel to {url}: HTTP {exc.status} {exc.message}"
+            return TransportError(
+                redact(message, secrets),
+                status=exc.status,
+                retryable=is_retryable(None, None, exc.status),
+            )
         if isinstance(exc, aiohttp.ClientResponseError):  # not HTTP, a bad header
             # exc.message only: str(exc) and repr(exc) carry the full URL and the headers.
             message = f"invalid HTTP response from {url}: {type(exc).__name__}"
@@ -566,6 +578,20 @@ class _StreamCall:
             message = f"cannot send the request to {url}: {detail}"
             return TransportError(redact(message, secrets), retryable=False)
         return TransportError(redact(f"request to {url} failed: {type(exc).__name__}", secrets))
+
+    def _proxy(self) -> str | None:
+        """``host:port`` of the proxy the request went to (the session's own, else
+        the environment's when the session trusts it), or ``None``."""
+        session = self.session
+        # (a ClientSession(proxy=...)'s: aiohttp has no public accessor)
+        proxy: URL | str | None = getattr(session, "_default_proxy", None)
+        if proxy is None and session is not None and session.trust_env:
+            with contextlib.suppress(LookupError):
+                proxy, _ = get_env_proxy_for_url(self.request.url)
+        if proxy is None:
+            return None
+        proxy = URL(proxy)
+        return _host_and_port(proxy.host or "?", proxy.port)
 
     def _describe_connect_timeout(self) -> str:
         t = self.timeouts

@@ -8,7 +8,7 @@ from typing import Final
 
 from yarl import URL
 
-from rafrx._redaction import env_secrets, redact_with, secret_prefix_at
+from rafrx._redaction import env_secrets, redact_with, secret_prefix_at, secret_spans
 from rafrx.errors import RafrxError
 
 __all__ = ["masked_url", "redact", "redact_cut", "redact_error"]
@@ -19,16 +19,32 @@ def redact(text: str, secrets: Sequence[str]) -> str:
     (``sk-…``, ``Bearer …``: a gateway may add its own) and the environment's
     secrets (``*_API_KEY`` …) by ``[REDACTED]``, as the recorder does.
 
+    A secret shorter than :data:`~rafrx._redaction.SHORT_SECRET` characters
+    (``api_key="k"`` for a local server) is replaced only where it stands as a
+    whole word, not inside every word that holds it.
+
     Example:
         >>> redact("bad key sk-123", ["sk-123"])
         'bad key ***'
         >>> redact("upstream said: Bearer sk-proj-0123456789abcdefXYZ", [])
         'upstream said: Bearer [REDACTED]'
+        >>> redact("invalid api key: k", ["k"])
+        'invalid api key: ***'
     """
     for secret in secrets:
         if secret:
-            text = text.replace(secret, "***")
+            text = _replaced(text, secret_spans(text, secret))
     return redact_with(text, tuple(env_secrets()))
+
+
+def _replaced(text: str, spans: Sequence[tuple[int, int]]) -> str:
+    """``text`` with each of ``spans`` (overlapping ones merged) replaced by ``***``."""
+    out, position = [], 0
+    for start, end in spans:
+        if start >= position:
+            out += [text[position:start], "***"]
+        position = max(position, end)
+    return "".join([*out, text[position:]])
 
 
 #: The marker ``rafrx.errors`` puts where it clipped a long text.

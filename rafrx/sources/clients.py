@@ -4,7 +4,9 @@ Each client's :meth:`~OpenAIChatClient.stream` returns a *cold*
 ``Observable[AgentResponseUpdate]``: every subscription sends one request (on
 the running event loop) and disposing it closes the connection. Errors are
 typed (:mod:`rafrx.errors`, see :mod:`rafrx.sources._http`); the API key never
-appears in a repr, an error or a log.
+appears in a repr, an error or a log (a key shorter than 8 characters, a local
+server's ``"ollama"``, is masked where it stands as a whole word, not inside
+other words).
 
 ``base_url`` is what the provider's SDK takes: the server's root
 (``https://api.openai.com``, the endpoint's ``/v1/...`` is added) or an API
@@ -388,7 +390,11 @@ class LLMClient(abc.ABC):
 
     Args:
         base_url: The server root or API prefix (see the module docs).
-        api_key: The API key; ``None`` sends none (local servers).
+        api_key: The API key; ``None`` sends none (local servers). Credentials in
+            ``base_url`` (``https://user:password@host``, sent as ``Authorization:
+            Basic``) beside a key sent as ``Authorization`` (OpenAI's clients), or
+            an ``Authorization`` in ``headers``, are a ``ValueError``: a request
+            carries one.
         model: The model name.
         timeouts: Connect, first-byte and idle timeouts.
         retry: Retry failed requests before any output (off by default).
@@ -443,6 +449,22 @@ class LLMClient(abc.ABC):
         self._extra_headers = dict(headers or {})
         self._sessions = SessionPool(session, trust_env=trust_env)
         self.url = _endpoint(base_url, self.endpoint, versioned_prefix=self.versioned_prefix)
+        self._check_one_authorization()
+
+    def _check_one_authorization(self) -> None:
+        """Refuse credentials in ``base_url`` (sent as ``Authorization: Basic``) beside
+        an ``Authorization`` header of the API key's or of ``headers=``: a request
+        carries one, and aiohttp would refuse every request."""
+        if self.url.user is None and self.url.password is None:
+            return
+        from_key = self._auth_headers(self._api_key.value) if self._api_key else {}
+        if not _has_authorization(_overridden(from_key, self._extra_headers)):
+            return
+        given = "headers=" if _has_authorization(self._extra_headers) else "api_key"
+        raise ValueError(
+            f"base_url {_shown_url(self.base_url)!r} holds credentials and {given} gives an "
+            "Authorization header: a request carries one Authorization, give either"
+        )
 
     def __repr__(self) -> str:
         key = "None" if self._api_key is None else "***"
@@ -619,6 +641,10 @@ def _shown_url(base_url: str) -> str:
             shown = "***@" + shown.rpartition("@")[2]
         return shown + ("?***" if query else "")
     return masked_url(url) if url.query_string or url.user else base_url
+
+
+def _has_authorization(headers: Mapping[str, str]) -> bool:
+    return any(name.lower() == "authorization" for name in headers)
 
 
 def _overridden(defaults: Mapping[str, str], given: Mapping[str, str]) -> dict[str, str]:

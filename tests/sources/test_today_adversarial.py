@@ -465,9 +465,20 @@ def reference(body: bytes, max_line: int, max_event: int) -> Any:
     def size_of(s: str) -> int:
         return len(s.encode("utf-8", "surrogatepass"))
 
+    def limit_reached(line: str) -> str | None:
+        """The limit a line (ended or not) reaches first, read from its start: a data
+        line takes its event past max_event once that many bytes of its value are in
+        (the event's limit at a tie)."""
+        if line.startswith("data:"):
+            needed = max_event + 1 - size  # bytes of its value that pass the limit
+            event_at = 5 if needed <= 0 else 5 + line.startswith(" ", 5) + needed
+            if event_at <= min(size_of(line), max_line + 1):
+                return "event"
+        return "line" if size_of(line) > max_line else None
+
     for line in lines:
-        if size_of(line) > max_line:
-            return events, "line", last_id, retry
+        if (reached := limit_reached(line)) is not None:
+            return events, reached, last_id, retry
         if not line:
             if data:
                 events.append((etype or "message", "\n".join(data), id_buffer, retry))
@@ -488,9 +499,7 @@ def reference(body: bytes, max_line: int, max_event: int) -> Any:
             id_buffer = value
         elif name == "retry" and value.isascii() and value.isdigit():
             retry = int(value)
-    if size_of(tail) > max_line:
-        return events, "line", last_id, retry
-    return events, None, last_id, retry
+    return events, limit_reached(tail), last_id, retry
 
 
 def decode(chunks: list[bytes], max_line: int, max_event: int) -> Any:
