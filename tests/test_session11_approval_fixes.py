@@ -1,0 +1,192 @@
+"""Regression tests of known limitations of tool approvals an earlier session left
+(session 11, helper E): answers matched by call id alone, an agent's approver reassigned
+mid-turn, and turns stranded on a closed loop kept by their approver.
+
+Each failed on the commit before its fix, for the reason its docstring gives. Every HTTP
+exchange is real aiohttp over 127.0.0.1 (``rafrx.testing.LLMServer``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+
+import pytest
+import reactivex
+from reactivex.subject import Subject
+
+from rafrx import Agent
+from rafrx import content as c
+from rafrx import operators as ops
+from rafrx.events import ResponseStartedEvent, ToolApprovalRequestEvent
+from rafrx.response import AgentResponseResult
+from rafrx.sources.clients import OpenAIChatClient
+from rafrx.testing import LLMServer, Reply, ToolCallSpec
+from rafrx.tools import ToolApprovalResponse, tool
+
+GUARD = 5.0  # seconds: a guard against hangs only
+
+_RAN: list[str] = []
+
+
+@tool(requires_approval=True)
+async def delete(path: str) -> str:
+    """Delete a file."""
+    _RAN.append(path)
+    return f"deleted {path}"
+
+
+def _requests(result: AgentResponseResult) -> list[ToolApprovalRequestEvent]:
+    return [e for e in result.events if isinstance(e, ToolApprovalRequestEvent)]
+
+
+def _errors(results: list[AgentResponseResult]) -> list[str | None]:
+    return [x.error for r in results for x in r.contents if isinstance(x, c.ToolCalledContent)]
+
+
+# ------------------------------------------------------------------------------ 1
+
+
+@pytest.mark.asyncio
+async def test_a_duplicate_answer_to_an_old_request_never_approves_a_call_reusing_its_id() -> None:
+    """What the user does: an Agent with a ``Subject`` of answers (a UI's approve
+    button). The model (Kimi gives every response the same ids,
+    ``functions.delete:0``) calls ``delete("a")``; the user approves it, and the
+    button sends its answer twice (a double click; the second arrives late). The
+    model's next LLM call asks ``delete("b")`` under the same id: the user denies
+    that one. The UI names the request each answer is to
+    (``ToolApprovalResponse(..., request=event)``).
+
+    What happened: answers were matched by call id alone, and the id was open again
+    once the second request was emitted, so the late duplicate approved
+    ``delete("b")``, which nobody had approved. (``request=`` did not exist.)
+
+    What should happen: an answer naming its request approves that request only; the
+    duplicate to the first is dropped and the user's "no" to the second counts.
+    """
+    _RAN.clear()
+    cid = "functions.delete:0"
+    async with LLMServer() as server:
+        server.enqueue(
+            Reply(tool_calls=[ToolCallSpec("delete", {"path": "a"}, id=cid)]),
+            Reply(tool_calls=[ToolCallSpec("delete", {"path": "b"}, id=cid)]),
+            Reply(text="Deleted a only."),
+        )
+        answers: Subject[ToolApprovalResponse] = Subject()
+        asked: list[ToolApprovalRequestEvent] = []
+        results: list[AgentResponseResult] = []
+
+        def on_next(result: AgentResponseResult) -> None:
+            results.append(result)
+            for request in _requests(result):
+                asked.append(request)
+                if len(asked) == 1:
+                    answers.on_next(ToolApprovalResponse(cid, True, request=request))
+                else:  # the late second click on the first dialog, then "no" to this one
+                    answers.on_next(ToolApprovalResponse(cid, True, request=asked[0]))
+                    answers.on_next(ToolApprovalResponse(cid, False, "no", request=request))
+
+        async with OpenAIChatClient(server.url, model="m") as client:
+            agent = Agent(client, tools=[delete], approver=answers, approval_timeout=GUARD)
+            done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            agent.run("clean up").subscribe(
+                on_next, done.set_exception, lambda: done.set_result(None)
+            )
+            await asyncio.wait_for(done, GUARD)
+    assert _RAN == ["a"]
+    assert _errors(results) == [None, "the user denied the call to tool 'delete': no"]
+
+
+async def _until(condition: Callable[[], bool]) -> None:
+    while not condition():
+        await asyncio.sleep(0.01)
+
+
+def _calling(call_id: str, path: str) -> AgentResponseResult:
+    content = c.ToolCallingContent(call_id, "delete", {"path": path}, json.dumps({"path": path}))
+    return AgentResponseResult("resp", "m", None, (content,))
+
+
+def test_an_answer_to_an_old_request_given_before_the_new_one_is_asked_is_dropped() -> None:
+    """What the user does: ``execute_tools([delete], answers)`` over two LLM calls that
+    both call ``delete`` under the id ``c1``. The UI approves the first request; its
+    duplicate answer (naming the first request) arrives while the second call streams,
+    before that call's request is emitted. The user then denies the second request.
+
+    What happened: the duplicate was kept as an answer given ahead for ``c1`` (the id
+    was open again on sight of the new call) and approved ``delete("b")`` as soon as
+    it asked. What should happen: it answers a request that is over: dropped.
+    """
+    _RAN.clear()
+
+    async def main() -> list[str | None]:
+        answers: Subject[ToolApprovalResponse] = Subject()
+        upstream: Subject[AgentResponseResult] = Subject()
+        items: list[AgentResponseResult] = []
+        asked: list[ToolApprovalRequestEvent] = []
+        done = asyncio.get_running_loop().create_future()
+
+        def on_item(result: AgentResponseResult) -> None:
+            items.append(result)
+            for request in _requests(result):
+                asked.append(request)
+                if len(asked) == 1:
+                    answers.on_next(ToolApprovalResponse("c1", True, request=request))
+                else:
+                    answers.on_next(ToolApprovalResponse("c1", False, request=request))
+
+        upstream.pipe(ops.execute_tools([delete], answers, approval_timeout=GUARD)).subscribe(
+            on_item, done.set_exception, lambda: done.set_result(None)
+        )
+        upstream.on_next(_calling("c1", "a"))
+        await asyncio.wait_for(_until(lambda: bool(_RAN)), GUARD)
+        upstream.on_next(AgentResponseResult("resp_2", "m", None, (), (ResponseStartedEvent(),)))
+        answers.on_next(ToolApprovalResponse("c1", True, request=asked[0]))  # the late duplicate
+        upstream.on_next(_calling("c1", "b"))
+        upstream.on_completed()
+        await asyncio.wait_for(done, GUARD)
+        return _errors(items)
+
+    errors = asyncio.run(main())
+    assert _RAN == ["a"]
+    assert errors == [None, "the user denied the call to tool 'delete'; it was not run"]
+
+
+@pytest.mark.asyncio
+async def test_a_callable_approver_answering_another_request_denies_the_call() -> None:
+    """What the user does: an async approver that answers from a table of earlier
+    decisions keyed by call id, and so returns the ``ToolApprovalResponse`` it gave an
+    earlier request of the same id. What should happen: an answer naming another
+    request never approves this one (the gate fails closed), saying why; an answer
+    without ``request`` still counts by id, as before."""
+    _RAN.clear()
+    earlier = ToolApprovalRequestEvent("c1", "delete", {"path": "x"})
+    answers = [
+        ToolApprovalResponse("c1", True, request=earlier),
+        ToolApprovalResponse("c1", True),
+    ]
+
+    async def approver(request: ToolApprovalRequestEvent) -> ToolApprovalResponse:
+        return answers.pop(0)
+
+    items: list[AgentResponseResult] = []
+    for path in ("a", "b"):
+        results = reactivex.from_iterable([_calling("c1", path)])
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        results.pipe(ops.execute_tools([delete], approver)).subscribe(
+            items.append, done.set_exception, lambda done=done: done.set_result(None)
+        )
+        await asyncio.wait_for(done, GUARD)
+    assert _RAN == ["b"]
+    (denied, ran) = _errors(items)
+    assert denied is not None
+    assert "answered another request" in denied
+    assert ran is None
+
+
+def test_an_answer_naming_a_request_of_another_call_id_is_refused() -> None:
+    """``ToolApprovalResponse(call_id, ..., request=event)`` answers ``event``: an
+    ``event.call_id`` that is not ``call_id`` is a mistake, refused at once."""
+    with pytest.raises(ValueError, match="c2"):
+        ToolApprovalResponse("c1", True, request=ToolApprovalRequestEvent("c2", "delete", {}))
