@@ -190,3 +190,108 @@ def test_an_answer_naming_a_request_of_another_call_id_is_refused() -> None:
     ``event.call_id`` that is not ``call_id`` is a mistake, refused at once."""
     with pytest.raises(ValueError, match="c2"):
         ToolApprovalResponse("c1", True, request=ToolApprovalRequestEvent("c2", "delete", {}))
+
+
+# ------------------------------------------------------------------------------ 2
+
+
+@pytest.mark.asyncio
+async def test_an_approver_reassigned_mid_turn_no_longer_holds_the_old_one() -> None:
+    """What the user does: agent one runs a turn with a ``Subject`` of answers ``old``;
+    on its first approval request the app answers it and hands agent one a new
+    ``Subject`` (``agent.approver = new``: "takes effect from the next LLM call on").
+    While agent one's next call waits for ``new``, agent two, given ``old``, runs a
+    turn.
+
+    What happened: agent one's turn stayed counted as ``old``'s, so agent two's turn
+    failed at once with "a turn ... is running with this approver", though nothing
+    used ``old`` any more. What should happen: the turn serves ``new`` from its next
+    LLM call on and ``old`` is free: agent two's turn runs.
+    """
+    _RAN.clear()
+    async with LLMServer() as server:
+        server.enqueue(
+            Reply(tool_calls=[ToolCallSpec("delete", {"path": "a"}, id="c1")]),
+            Reply(tool_calls=[ToolCallSpec("delete", {"path": "b"}, id="c2")]),
+            Reply(text="two"),  # agent two's turn
+            Reply(text="one"),
+        )
+        old: Subject[ToolApprovalResponse] = Subject()
+        new: Subject[ToolApprovalResponse] = Subject()
+        second_asked = asyncio.get_running_loop().create_future()
+        async with OpenAIChatClient(server.url, model="m") as client:
+            one = Agent(client, tools=[delete], approver=old)
+
+            def on_next(result: AgentResponseResult) -> None:
+                for request in _requests(result):
+                    if request.call_id == "c1":
+                        one.approver = new
+                        old.on_next(ToolApprovalResponse("c1", True, request=request))
+                    else:
+                        second_asked.set_result(request)
+
+            done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            one.run("clean up").subscribe(
+                on_next, done.set_exception, lambda: done.set_result(None)
+            )
+            request = await asyncio.wait_for(second_asked, GUARD)
+            two = Agent(client, approver=old)
+            assert (await asyncio.wait_for(two.send("hi"), GUARD)).text == "two"
+            new.on_next(ToolApprovalResponse("c2", True, request=request))
+            await asyncio.wait_for(done, GUARD)
+    assert _RAN == ["a", "b"]
+
+
+@pytest.mark.asyncio
+async def test_an_approver_reassigned_mid_turn_to_one_serving_another_turn_ends_it() -> None:
+    """What the user does: agent three's turn waits for an answer from ``shared`` (a
+    ``Subject``); meanwhile agent one, mid-turn, is given ``shared`` too
+    (``agent.approver = shared``).
+
+    What happened: agent one's next LLM call subscribed to ``shared`` unchecked, so two
+    running turns took answers, by call id, from one observable: what a turn
+    subscribed while another runs with the same observable is refused for ("a turn
+    ... is running with this approver"). What should happen: the same refusal for the
+    turn that would start serving ``shared``: it fails with that ``RuntimeError``
+    before its next LLM call.
+    """
+    _RAN.clear()
+    async with LLMServer() as server:
+        server.enqueue(
+            Reply(tool_calls=[ToolCallSpec("delete", {"path": "x"}, id="c3")]),  # three's
+            Reply(tool_calls=[ToolCallSpec("delete", {"path": "a"}, id="c1")]),  # one's
+            Reply(text="three"),
+        )
+        own: Subject[ToolApprovalResponse] = Subject()
+        shared: Subject[ToolApprovalResponse] = Subject()
+        three_asked = asyncio.get_running_loop().create_future()
+        async with OpenAIChatClient(server.url, model="m") as client:
+            three = Agent(client, tools=[delete], approver=shared)
+            three_done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            three.run("x").subscribe(
+                lambda r: [three_asked.set_result(q) for q in _requests(r)],
+                three_done.set_exception,
+                lambda: three_done.set_result(None),
+            )
+            request = await asyncio.wait_for(three_asked, GUARD)
+            one = Agent(client, tools=[delete], approver=own)
+
+            def on_next(result: AgentResponseResult) -> None:
+                for asked in _requests(result):
+                    one.approver = shared
+                    own.on_next(ToolApprovalResponse("c1", True, request=asked))
+
+            with pytest.raises(RuntimeError, match="running with this approver"):
+                await asyncio.wait_for(_collect(one.run("a"), on_next), GUARD)
+            shared.on_next(ToolApprovalResponse("c3", True, request=request))
+            await asyncio.wait_for(three_done, GUARD)
+    assert _RAN == ["a", "x"]
+
+
+async def _collect(
+    results: reactivex.Observable[AgentResponseResult],
+    on_next: Callable[[AgentResponseResult], None],
+) -> None:
+    done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    results.subscribe(on_next, done.set_exception, lambda: done.set_result(None))
+    await done
