@@ -437,7 +437,10 @@ def _goes_on(step: AgentResponse) -> bool:
 _Entries: TypeAlias = dict[Future[None], asyncio.AbstractEventLoop]
 
 #: The turns running with each observable approver, of any agent: it serves one at a time.
-_SERVED: weakref.WeakKeyDictionary[Observable[Any], set[_Turn]] = weakref.WeakKeyDictionary()
+#: Weak: a turn stranded on a closed loop (which never ends, so never leaves) is not kept.
+_SERVED: weakref.WeakKeyDictionary[Observable[Any], weakref.WeakSet[_Turn]] = (
+    weakref.WeakKeyDictionary()
+)
 _SERVED_LOCK = threading.Lock()
 
 
@@ -447,7 +450,7 @@ def _serve(approver: Approver | None, turn: _Turn) -> bool:
     if not isinstance(approver, Observable):
         return True
     with _SERVED_LOCK:
-        serving = _SERVED.setdefault(approver, set())
+        serving = _SERVED.setdefault(approver, weakref.WeakSet())
         for stranded in [t for t in serving if t.event_loop.is_closed()]:
             serving.discard(stranded)  # (its loop closed: it will never end)
         if serving:
@@ -460,7 +463,9 @@ def _unserve(approver: Approver | None, turn: _Turn) -> None:
     """No longer count ``turn`` as ``approver``'s."""
     if isinstance(approver, Observable):
         with _SERVED_LOCK:
-            _SERVED.get(approver, set()).discard(turn)
+            serving = _SERVED.get(approver)
+            if serving is not None:
+                serving.discard(turn)
 
 
 def _approver_busy() -> RuntimeError:

@@ -9,16 +9,20 @@ exchange is real aiohttp over 127.0.0.1 (``rafrx.testing.LLMServer``).
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
+import weakref
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 import reactivex
 from reactivex.subject import Subject
 
-from rafrx import Agent
+from rafrx import Agent, FinishReason
 from rafrx import content as c
 from rafrx import operators as ops
+from rafrx import updates as u
 from rafrx.events import ResponseStartedEvent, ToolApprovalRequestEvent
 from rafrx.response import AgentResponseResult
 from rafrx.sources.clients import OpenAIChatClient
@@ -295,3 +299,43 @@ async def _collect(
     done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
     results.subscribe(on_next, done.set_exception, lambda: done.set_result(None))
     await done
+
+
+# ------------------------------------------------------------------------------ 3
+
+
+def test_a_turn_stranded_on_a_closed_loop_is_not_kept_by_its_approver() -> None:
+    """What the user does: a sync program keeps one app-wide ``Subject`` of answers and
+    makes an agent per task with it. A turn is under way when the program closes its
+    loop (it gave up on it), drops that agent and goes on with other agents, on new
+    loops, without that approver.
+
+    What happened: the stranded turn, with its agent, client and conversation, stayed
+    in the approver's set of served turns (``_SERVED``) for as long as the approver
+    lived: only a later turn with the same approver let it go. What should happen: as
+    for the turn's task (``test_a_turn_stranded_on_a_closed_loop_is_let_go_quietly``),
+    the next turn lets it go and it is collected: the approver does not keep it.
+    """
+
+    class Client:
+        def stream(self, messages: Any, tools: Any = None, **params: Any) -> Any:
+            if len(messages) == 1 and messages[0].content == "one":
+                return reactivex.never()  # still streaming when its loop is closed
+            return reactivex.from_iterable([u.TextDelta("two"), u.Finish(FinishReason.STOP)])
+
+    answers: Subject[ToolApprovalResponse] = Subject()
+    agent = Agent(Client(), approver=answers)
+    loop = asyncio.new_event_loop()
+
+    async def first(agent: Agent) -> None:
+        agent.run("one").subscribe(lambda _: None)
+        await asyncio.sleep(0)
+
+    loop.run_until_complete(first(agent))
+    loop.close()
+    (turn,) = agent._turns
+    stranded = weakref.ref(turn)
+    del turn, agent
+    assert asyncio.run(Agent(Client()).send("two")).text == "two"
+    gc.collect()
+    assert stranded() is None

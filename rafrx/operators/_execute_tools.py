@@ -6,6 +6,7 @@ import asyncio
 import copy
 import functools
 import logging
+import weakref
 from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from typing import Any, TypeAlias
 
@@ -429,6 +430,19 @@ class _Runner:
         return await call_function(approver, (request,), {})
 
 
+def _weakly(method: Callable[..., None]) -> Callable[..., None]:
+    """``method``, called while its object lives: a runner stranded on a closed loop
+    (never disposed) is not kept alive, with its turn, by an app-wide approver."""
+    ref = weakref.WeakMethod(method)
+
+    def call(*args: Any) -> None:
+        bound = ref()
+        if bound is not None:
+            bound(*args)
+
+    return call
+
+
 def _said(error: BaseException) -> str:
     """What ``error`` says, without the secrets it may quote (a key in a tool's exception
     goes neither to the log nor to the model).
@@ -541,9 +555,11 @@ def execute_tools(
                 observer, table, approver, concurrency, max_result_chars, approval_timeout, closed
             )
             answers = SingleAssignmentDisposable()
-            if isinstance(approver, Observable):
+            if isinstance(approver, Observable):  # (long-lived: it must not keep the runner)
                 answers.disposable = approver.subscribe(
-                    runner.on_answer, runner.on_answers_end, runner.on_answers_end
+                    _weakly(runner.on_answer),
+                    _weakly(runner.on_answers_end),
+                    _weakly(runner.on_answers_end),
                 )
             runner.upstream.disposable = source.subscribe(
                 runner.on_next, runner.on_error, runner.on_completed, scheduler=scheduler
