@@ -339,3 +339,41 @@ def test_a_turn_stranded_on_a_closed_loop_is_not_kept_by_its_approver() -> None:
     assert asyncio.run(Agent(Client()).send("two")).text == "two"
     gc.collect()
     assert stranded() is None
+
+
+def test_an_answer_naming_a_providers_request_answers_it_and_no_other() -> None:
+    """The provider's own tools' requests (the Responses API's remote MCP tools, a
+    ``ToolApprovalRequestEvent`` from upstream) take answers naming them too: an answer
+    naming another request of the id (an equal copy, not the one emitted) is dropped,
+    the one naming the emitted request counts."""
+
+    async def main() -> list[dict[str, Any]]:
+        answers: Subject[ToolApprovalResponse] = Subject()
+        upstream: Subject[AgentResponseResult] = Subject()
+        items: list[AgentResponseResult] = []
+        done = asyncio.get_running_loop().create_future()
+
+        def on_item(result: AgentResponseResult) -> None:
+            items.append(result)
+            for request in _requests(result):
+                other = ToolApprovalRequestEvent(request.call_id, request.name, request.arguments)
+                answers.on_next(ToolApprovalResponse("mcpr_1", True, request=other))
+                answers.on_next(ToolApprovalResponse("mcpr_1", False, "no", request=request))
+
+        upstream.pipe(ops.execute_tools([], answers, approval_timeout=GUARD)).subscribe(
+            on_item, done.set_exception, lambda: done.set_result(None)
+        )
+        event = ToolApprovalRequestEvent("mcpr_1", "search", {"q": "x"})
+        upstream.on_next(AgentResponseResult("resp", "m", None, (), (event,)))
+        upstream.on_completed()
+        await asyncio.wait_for(done, GUARD)
+        return [
+            x.provider_data
+            for r in items
+            for x in r.contents
+            if isinstance(x, c.ReasoningContent) and x.provider_data
+        ]
+
+    (answer,) = asyncio.run(main())
+    assert answer["approve"] is False
+    assert answer["reason"] == "the user denied the call to tool 'search': no"

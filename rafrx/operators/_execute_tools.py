@@ -139,12 +139,13 @@ class _Runner:
                     self.llm_call = _LLMCall()
                 elif isinstance(event, FinishEvent):
                     self.end_call()
-                elif isinstance(event, ToolApprovalRequestEvent):
-                    self.open(event)  # (answers may come as it is seen)
         for content in result.contents:  # a new call: answers to its id may come on sight
             if isinstance(content, ToolCallingContent) and content.call_id not in self.seen:
                 self.closed.discard(content.call_id)
                 self.open_requests.pop(content.call_id, None)  # (its request is to come)
+        for event in result.events:
+            if isinstance(event, ToolApprovalRequestEvent):
+                self.open(event)  # (the provider's: answers may come as it is seen)
         self.observer.on_next(result)
         for content in result.contents:
             if self.stopped:
