@@ -201,7 +201,9 @@ class Agent:
             answers serves one turn at a time, of any agent: answers go to calls
             by id, and two turns may be given the same id (Kimi's
             ``functions.f:0``), so a turn subscribed while another runs with the
-            same observable fails with ``RuntimeError``.
+            same observable fails with ``RuntimeError``. One assigned mid-turn
+            serves the turn from its next LLM call on (the one before serves it no
+            more); if it serves another running turn, this one fails so.
         max_steps: The most LLM calls a turn may make.
         id: The agent's id (``source_agent_id`` of its responses); generated
             when not given.
@@ -295,14 +297,15 @@ class Agent:
         self._tools = offered
 
     def _executor(
-        self, closed: set[str] | None = None
+        self, closed: set[str] | None = None, approver: Approver | None = None
     ) -> Operator[AgentResponseResult, AgentResponseResult]:
-        """``execute_tools`` over the agent's tools and approver as they are now, the
-        approval requests of the turn's earlier LLM calls ``closed`` (answers to them
-        that come late never approve a call that reuses the id)."""
+        """``execute_tools`` over the agent's tools as they are now and ``approver``
+        (a turn's: the agent's as it was at its LLM call's start), the approval requests
+        of the turn's earlier LLM calls ``closed`` (answers to them that come late never
+        approve a call that reuses the id)."""
         return execute_tools(
             [t for t in self.tools if not isinstance(t, Mapping)],
-            self.approver,
+            approver,
             concurrency=self.concurrency,
             max_result_chars=self.max_result_chars,
             approval_timeout=self.approval_timeout,
@@ -383,15 +386,8 @@ class Agent:
                 # now would be left pending there)
                 turn.end_with_the_loop("the turn was not started: its event loop is ending")
                 return Disposable()
-            if not turn.served():
-                observer.on_error(
-                    RuntimeError(
-                        "a turn (of this agent or another) is running with this approver: "
-                        "an observable of answers, matched to calls by id, serves one at a "
-                        "time; start the next turn when that one ends, or give each agent "
-                        "an approver of its own"
-                    )
-                )
+            if not _serve(turn.approver, turn):
+                observer.on_error(_approver_busy())
                 return Disposable()
             task = loop.create_task(turn.run(), name="rafrx turn")
             for lost in [t for t in tuple(_RUNNING) if t.get_loop().is_closed()]:
@@ -441,8 +437,44 @@ def _goes_on(step: AgentResponse) -> bool:
 _Entries: TypeAlias = dict[Future[None], asyncio.AbstractEventLoop]
 
 #: The turns running with each observable approver, of any agent: it serves one at a time.
-_SERVED: weakref.WeakKeyDictionary[Observable[Any], set[_Turn]] = weakref.WeakKeyDictionary()
+#: Weak: a turn stranded on a closed loop (which never ends, so never leaves) is not kept.
+_SERVED: weakref.WeakKeyDictionary[Observable[Any], weakref.WeakSet[_Turn]] = (
+    weakref.WeakKeyDictionary()
+)
 _SERVED_LOCK = threading.Lock()
+
+
+def _serve(approver: Approver | None, turn: _Turn) -> bool:
+    """Count ``turn`` as ``approver``'s, if that is an observable; False, and not
+    counted, if it serves a running turn already, of any agent."""
+    if not isinstance(approver, Observable):
+        return True
+    with _SERVED_LOCK:
+        serving = _SERVED.setdefault(approver, weakref.WeakSet())
+        for stranded in [t for t in serving if t.event_loop.is_closed()]:
+            serving.discard(stranded)  # (its loop closed: it will never end)
+        if serving:
+            return False
+        serving.add(turn)
+    return True
+
+
+def _unserve(approver: Approver | None, turn: _Turn) -> None:
+    """No longer count ``turn`` as ``approver``'s."""
+    if isinstance(approver, Observable):
+        with _SERVED_LOCK:
+            serving = _SERVED.get(approver)
+            if serving is not None:
+                serving.discard(turn)
+
+
+def _approver_busy() -> RuntimeError:
+    return RuntimeError(
+        "a turn (of this agent or another) is running with this approver: an observable "
+        "of answers, matched to calls by id, serves one at a time; start the next turn "
+        "when that one ends, or give each agent an approver of its own"
+    )
+
 
 #: Each history provider's access, shared by every agent on it: by the provider's id,
 #: while it lives (a provider may be unhashable, or equal to another one).
@@ -698,28 +730,25 @@ class _Turn:
         # next turn's), through the access every agent on that history shares.
         self.history = agent.history
         self.history_access = _access_of(agent.history, agent._history_access)
-        self.approver = agent.approver  # (an observable one: counted as serving this turn)
+        # The approver of its LLM calls (an observable one: counted as serving this turn).
+        self.approver = agent.approver
 
-    def served(self) -> bool:
-        """Count this turn as its observable approver's (if it has one); False, and not
-        counted, if that observable serves a running turn already, of any agent."""
-        if not isinstance(self.approver, Observable):
-            return True
-        with _SERVED_LOCK:
-            serving = _SERVED.setdefault(self.approver, set())
-            for stranded in [t for t in serving if t.event_loop.is_closed()]:
-                serving.discard(stranded)  # (its loop closed: it will never end)
-            if serving:
-                return False
-            serving.add(self)
-        return True
+    def follow_approver(self) -> None:
+        """Take the agent's approver as it is now for the next LLM call (one assigned
+        meanwhile), counted as serving this turn instead of the one before; a
+        ``RuntimeError`` if that observable serves another running turn."""
+        approver = self.agent.approver
+        if approver is self.approver:
+            return
+        if not _serve(approver, self):
+            raise _approver_busy()
+        _unserve(self.approver, self)
+        self.approver = approver
 
     def leave(self) -> None:
         """No longer count this turn as running (it ended, or was stopped)."""
         self.agent._turns.discard(self)
-        if isinstance(self.approver, Observable):
-            with _SERVED_LOCK:
-                _SERVED.get(self.approver, set()).discard(self)
+        _unserve(self.approver, self)
 
     def stop(self) -> None:
         """Dispose of the running step now; nothing is forwarded after this."""
@@ -836,6 +865,7 @@ class _Turn:
         calling = used_tools = False
         for _ in range(agent.max_steps):
             self.check_stopped()
+            self.follow_approver()
             step, ran = await self.step(conversation, self.unforced() if used_tools else {})
             self.check_stopped()  # (a client that emits at once: no await let it land)
             calling = any(call.complete and call.id not in ran for call in step.tool_calls)
@@ -925,7 +955,7 @@ class _Turn:
             rx_ops.do_action(note),
         )
         results = source.pipe(
-            convert(eager=agent.eager_tools), agent._executor(self.closed_requests)
+            convert(eager=agent.eager_tools), agent._executor(self.closed_requests, self.approver)
         )
         # Held before subscribing: a client that emits at once may be disposed meanwhile.
         self.current = subscription = SingleAssignmentDisposable()

@@ -80,6 +80,7 @@ from rafrx.errors import (
     ToolTimeout,
     error_text,
 )
+from rafrx.events import ToolApprovalRequestEvent
 
 __all__ = ["Tool", "ToolApprovalResponse", "as_tool", "format_result", "tool"]
 
@@ -100,14 +101,34 @@ class ToolApprovalResponse:
     call was denied), or a UI may push them into a ``Subject`` given as the
     approver.
 
+    ``request``: the very :class:`~rafrx.ToolApprovalRequestEvent` answered
+    (keyword only). An answer naming it approves that request only: a late or
+    duplicate answer to an earlier request never approves a later call that
+    reuses its ``call_id`` (some providers give every response the same ids).
+    Without it, the answer goes to the open request of ``call_id``.
+
     Example:
         >>> ToolApprovalResponse("call_1", False, reason="not on Fridays").approved
         False
+        >>> from rafrx import ToolApprovalRequestEvent
+        >>> event = ToolApprovalRequestEvent("call_1", "delete", {"path": "a"})
+        >>> ToolApprovalResponse("call_1", True, request=event).request is event
+        True
     """
 
     call_id: str
     approved: bool
     reason: str | None = None
+    request: ToolApprovalRequestEvent | None = attrs.field(
+        default=None, kw_only=True, eq=False, repr=False
+    )
+
+    @request.validator
+    def _answers_its_call(self, attribute: Any, request: ToolApprovalRequestEvent | None) -> None:
+        if request is not None and request.call_id != self.call_id:
+            raise ValueError(
+                f"an answer to call {self.call_id!r} names the request of call {request.call_id!r}"
+            )
 
 
 CANCEL_GRACE: Final = 0.1

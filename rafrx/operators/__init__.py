@@ -286,7 +286,10 @@ def execute_tools(
     approver that raises) denies it, saying why. Give a hot ``Subject``:
     each subscription (an agent makes one per LLM call) takes the answers
     given from then on, where a ``ReplaySubject`` or a cold observable would
-    replay old answers, which count for a later call with the same id. The
+    replay old answers, which count for a later call with the same id. An
+    answer naming its request (``ToolApprovalResponse(call_id, True,
+    request=event)``) answers that request only: a late or duplicate one
+    never approves a later call that reuses the id. The
     event holds a copy of the arguments. With ``approval_timeout`` (seconds),
     a request not answered in time is denied, saying so, and a later answer
     to it is ignored. The provider's own tools that ask approval (a

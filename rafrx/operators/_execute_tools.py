@@ -6,6 +6,7 @@ import asyncio
 import copy
 import functools
 import logging
+import weakref
 from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from typing import Any, TypeAlias
 
@@ -114,6 +115,9 @@ class _Runner:
         # turn shares it between its LLM calls, whose runners are each their own.)
         self.closed: set[str] = set() if closed is None else closed
         self.waiting: dict[str, asyncio.Future[ToolApprovalResponse]] = {}
+        # The request emitted last for each call id, not answered yet: the only one an
+        # answer naming its request (ToolApprovalResponse.request) may answer.
+        self.open_requests: dict[str, ToolApprovalRequestEvent] = {}
         self.answers_closed: str | None = None  # why no answer can come any more
         # The last remote answer's turn to go: answers go in the order of their requests.
         self.remote_turn: asyncio.Future[None] | None = None
@@ -135,12 +139,13 @@ class _Runner:
                     self.llm_call = _LLMCall()
                 elif isinstance(event, FinishEvent):
                     self.end_call()
-                elif isinstance(event, ToolApprovalRequestEvent):
-                    self.closed.discard(event.call_id)  # (answers may come as it is seen)
-        if self.closed:  # a new call with the id of one answered: answers may come on sight
-            for content in result.contents:
-                if isinstance(content, ToolCallingContent) and content.call_id not in self.seen:
-                    self.closed.discard(content.call_id)
+        for content in result.contents:  # a new call: answers to its id may come on sight
+            if isinstance(content, ToolCallingContent) and content.call_id not in self.seen:
+                self.closed.discard(content.call_id)
+                self.open_requests.pop(content.call_id, None)  # (its request is to come)
+        for event in result.events:
+            if isinstance(event, ToolApprovalRequestEvent):
+                self.open(event)  # (the provider's: answers may come as it is seen)
         self.observer.on_next(result)
         for content in result.contents:
             if self.stopped:
@@ -202,9 +207,18 @@ class _Runner:
     def on_answer(self, answer: ToolApprovalResponse) -> None:
         self.on_loop(self.take_answer, answer)
 
+    def open(self, request: ToolApprovalRequestEvent) -> None:
+        """Take answers to ``request`` from now on (it is about to be emitted)."""
+        self.closed.discard(request.call_id)  # (a later LLM call may reuse the id: ask again)
+        self.open_requests[request.call_id] = request
+
     def take_answer(self, answer: ToolApprovalResponse) -> None:
         if answer.call_id in self.closed:
             return
+        if answer.request is not None and answer.request is not self.open_requests.get(
+            answer.call_id
+        ):
+            return  # an answer to a request that is over (a late one, a double click)
         future = self.waiting.pop(answer.call_id, None)
         if future is None:
             self.answers.setdefault(answer.call_id, answer)  # the first answer counts
@@ -301,7 +315,7 @@ class _Runner:
             "approve": True,
         }
         try:
-            _check_answer(await self.ask(self.approver, request), request.call_id, request.name)
+            _check_answer(await self.ask(self.approver, request), request)
         except ToolApprovalDenied as denied:
             answer.update(approve=False, reason=clip(_said(denied), self.max_chars))
         except asyncio.CancelledError as exc:
@@ -380,11 +394,11 @@ class _Runner:
         # A copy: what an approver or a UI does to the event's arguments never reaches the call.
         arguments = copy.deepcopy(call.arguments)
         request = ToolApprovalRequestEvent(call.call_id, call.name, arguments, tool.description)
-        self.closed.discard(call.call_id)  # (a later LLM call may reuse the id: ask again)
+        self.open(request)
         self.emit(AgentResponseResult(result.id, result.model, None, (), (request,)))
         if self.stopped:  # disposed on seeing the request: no one is asked
             raise asyncio.CancelledError
-        _check_answer(await self.ask(approver, request), call.call_id, call.name)
+        _check_answer(await self.ask(approver, request), request)
 
     async def ask(self, approver: Approver, request: ToolApprovalRequestEvent) -> Any:
         """The approver's answer to ``request``, within ``approval_timeout``."""
@@ -417,6 +431,19 @@ class _Runner:
         return await call_function(approver, (request,), {})
 
 
+def _weakly(method: Callable[..., None]) -> Callable[..., None]:
+    """``method``, called while its object lives: a runner stranded on a closed loop
+    (never disposed) is not kept alive, with its turn, by an app-wide approver."""
+    ref = weakref.WeakMethod(method)
+
+    def call(*args: Any) -> None:
+        bound = ref()
+        if bound is not None:
+            bound(*args)
+
+    return call
+
+
 def _said(error: BaseException) -> str:
     """What ``error`` says, without the secrets it may quote (a key in a tool's exception
     goes neither to the log nor to the model).
@@ -441,19 +468,26 @@ def _being_cancelled() -> bool:
     return task is None or task.cancelling() > 0
 
 
-def _check_answer(answer: Any, call_id: str, name: str) -> None:
-    """Return if ``answer`` approves the call ``call_id`` (of tool ``name``), else raise
+def _check_answer(answer: Any, request: ToolApprovalRequestEvent) -> None:
+    """Return if ``answer`` approves the call ``request`` asks about, else raise
     :class:`ToolApprovalDenied`.
 
-    Only ``True``, or a :class:`ToolApprovalResponse` to this very call whose
-    ``approved`` is ``True``, approves: an approval gate fails closed, so a
-    ``"no"`` from a UI or an answer to another call never runs a tool.
+    Only ``True``, or a :class:`ToolApprovalResponse` to this very call (and
+    request, if it names one) whose ``approved`` is ``True``, approves: an
+    approval gate fails closed, so a ``"no"`` from a UI or an answer to another
+    call never runs a tool.
     """
+    call_id, name = request.call_id, request.name
     if isinstance(answer, ToolApprovalResponse):
         if answer.call_id != call_id:
             raise ToolApprovalDenied(
                 f"the call to tool {name!r} was denied: the approver answered call "
                 f"{answer.call_id!r}, not {call_id!r}"
+            )
+        if answer.request is not None and answer.request is not request:
+            raise ToolApprovalDenied(
+                f"the call to tool {name!r} was denied: the approver answered another "
+                f"request of call {call_id!r} (an earlier one), not this one"
             )
         if answer.approved is True:
             return
@@ -522,9 +556,11 @@ def execute_tools(
                 observer, table, approver, concurrency, max_result_chars, approval_timeout, closed
             )
             answers = SingleAssignmentDisposable()
-            if isinstance(approver, Observable):
+            if isinstance(approver, Observable):  # (long-lived: it must not keep the runner)
                 answers.disposable = approver.subscribe(
-                    runner.on_answer, runner.on_answers_end, runner.on_answers_end
+                    _weakly(runner.on_answer),
+                    _weakly(runner.on_answers_end),
+                    _weakly(runner.on_answers_end),
                 )
             runner.upstream.disposable = source.subscribe(
                 runner.on_next, runner.on_error, runner.on_completed, scheduler=scheduler
