@@ -242,7 +242,6 @@ class AgentResponse:
     def from_dict(cls, data: Mapping[str, Any]) -> AgentResponse:
         """The response :meth:`to_dict` wrote (keys left out take their defaults; keys
         it does not know are ignored; the values are copied, not shared with ``data``)."""
-
         reason = data.get("finish_reason")
         usage = data.get("usage")
         return cls(

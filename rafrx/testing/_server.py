@@ -151,8 +151,8 @@ class LLMServer:
     The server only streams, as rafrx's clients always ask: a request whose
     JSON body lacks ``"stream": true`` is recorded, then answered HTTP 400 in
     the provider's error shape saying so, and takes no answer from the queue;
-    so is one whose body is nested too deeply to parse (recorded with ``json``
-    ``None``).
+    so is one whose body is not JSON, or nested too deeply to parse (recorded
+    with ``json`` ``None``), with a message saying which.
     Every answer carries the provider's request id header (Anthropic's
     ``request-id``, OpenAI's ``x-request-id``).
 
