@@ -17,7 +17,7 @@ import attrs
 from hypothesis import strategies as st
 
 from rafrx import updates as u
-from rafrx.messages import ANTHROPIC_THINKING, ChatMessage, MessageRole, ToolCall
+from rafrx.messages import ANTHROPIC_THINKING, ChatMessage, MessageRole, MessageSource, ToolCall
 from rafrx.response import FinishReason, Usage
 
 __all__ = [
@@ -27,6 +27,8 @@ __all__ = [
     "argument_objects",
     "chunks",
     "json_values",
+    "stored_calls",
+    "stored_messages",
     "llm_calls",
     "messy_updates",
     "openai_messages",
@@ -80,6 +82,44 @@ def chunks(draw: st.DrawFn, text: str, *, max_pieces: int = 12) -> list[str]:
     cuts = draw(st.lists(st.integers(0, len(text)), max_size=max_pieces))
     bounds = [0, *sorted(cuts), len(text)]
     return [text[a:b] for a, b in itertools.pairwise(bounds)]
+
+
+def stored_calls(values: st.SearchStrategy[Any]) -> st.SearchStrategy[ToolCall]:
+    """Tool calls with every field drawn (arguments and partial values from
+    ``values``): what storing a call (``to_dict``/``from_dict``) must keep."""
+    return st.builds(
+        ToolCall,
+        unicode_text(min_size=1),
+        unicode_text(min_size=1),
+        values,
+        raw_arguments=st.none() | unicode_text(),
+        error=st.none() | unicode_text(),
+        complete=st.booleans(),
+        partial_value=values,
+    )
+
+
+def stored_messages(
+    values: st.SearchStrategy[Any], *, max_items: int = 3
+) -> st.SearchStrategy[ChatMessage]:
+    """Chat messages with every field drawn (up to ``max_items`` calls and provider
+    blocks, their JSON values from ``values``): what storing a message must keep."""
+    blocks = st.dictionaries(
+        unicode_text(min_size=1),
+        st.lists(st.dictionaries(unicode_text(), values), max_size=max_items),
+    ).map(lambda kept: {k: tuple(v) for k, v in kept.items()})
+    return st.builds(
+        ChatMessage,
+        st.sampled_from(MessageRole),
+        unicode_text(),
+        name=st.none() | unicode_text(),
+        tool_calls=st.none() | st.lists(stored_calls(values), max_size=max_items),
+        tool_call_id=st.none() | unicode_text(),
+        source=st.none() | st.sampled_from(MessageSource),
+        reasoning=st.none() | unicode_text(),
+        provider_data=st.none() | blocks,
+        is_error=st.booleans(),
+    )
 
 
 def _ids() -> st.SearchStrategy[str]:

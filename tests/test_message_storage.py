@@ -15,7 +15,6 @@ from typing import Any
 
 import pytest
 from hypothesis import given
-from hypothesis import strategies as st
 
 from rafrx import operators as ops
 from rafrx._finite import finite
@@ -23,13 +22,16 @@ from rafrx.messages import (
     ANTHROPIC_THINKING,
     OPENAI_REASONING,
     ChatMessage,
-    MessageRole,
-    MessageSource,
     ToolCall,
 )
 from rafrx.response import AgentResponse
 from rafrx.sources import from_sse
-from tests.strategies import anthropic_conversations, json_values, openai_messages, unicode_text
+from tests.strategies import (
+    anthropic_conversations,
+    json_values,
+    openai_messages,
+    stored_messages,
+)
 
 FIXTURES = Path(__file__).resolve().parent / "data" / "fixtures"
 MANIFEST: list[dict[str, Any]] = json.loads((FIXTURES / "MANIFEST.json").read_text("utf-8"))
@@ -66,31 +68,7 @@ def test_the_recorded_turns_store_what_continuations_need() -> None:
 
 #: JSON values strict JSON carries as they are (an infinity goes as null: tested below).
 _values = json_values().filter(lambda value: finite(value) == value)
-_calls = st.builds(
-    ToolCall,
-    unicode_text(min_size=1),
-    unicode_text(min_size=1),
-    _values,
-    raw_arguments=st.none() | unicode_text(),
-    error=st.none() | unicode_text(),
-    complete=st.booleans(),
-    partial_value=_values,
-)
-_blocks = st.dictionaries(
-    unicode_text(min_size=1), st.lists(st.dictionaries(unicode_text(), _values), max_size=3)
-).map(lambda kept: {k: tuple(v) for k, v in kept.items()})
-_messages = st.builds(
-    ChatMessage,
-    st.sampled_from(MessageRole),
-    unicode_text(),
-    name=st.none() | unicode_text(),
-    tool_calls=st.none() | st.lists(_calls, max_size=3),
-    tool_call_id=st.none() | unicode_text(),
-    source=st.none() | st.sampled_from(MessageSource),
-    reasoning=st.none() | unicode_text(),
-    provider_data=st.none() | _blocks,
-    is_error=st.booleans(),
-)
+_messages = stored_messages(_values)
 
 
 @given(_messages)

@@ -24,43 +24,20 @@ from rafrx import content as c
 from rafrx.errors import RafrxError, TurnTimeout
 from rafrx.events import FinishEvent, ResponseStartedEvent
 from rafrx.history import InMemoryHistoryProvider
-from rafrx.messages import ChatMessage, MessageRole, MessageSource, ToolCall
+from rafrx.messages import ChatMessage
 from rafrx.notebook._state import LiveState
 from rafrx.response import AgentResponse, AgentResponseResult, FinishReason, Usage
 from rafrx.sources.clients import OpenAIChatClient
 from rafrx.testing import LLMServer, Reply, ToolCallSpec
-from tests.strategies import unicode_text
+from tests.strategies import stored_calls, stored_messages, unicode_text
 
 # ----------------------------------------------------------------- AgentResponse.to_dict
 
 #: JSON values (flat: any JSON value's round trip is test_message_storage's).
 _scalars = st.none() | st.booleans() | st.integers() | unicode_text(max_size=5)
 _values = _scalars | st.lists(_scalars, max_size=2) | st.dictionaries(unicode_text(), _scalars)
-_calls = st.builds(
-    ToolCall,
-    unicode_text(min_size=1),
-    unicode_text(min_size=1),
-    _values,
-    raw_arguments=st.none() | unicode_text(),
-    error=st.none() | unicode_text(),
-    complete=st.booleans(),
-    partial_value=_values,
-)
-_blocks = st.dictionaries(
-    unicode_text(min_size=1), st.lists(st.dictionaries(unicode_text(), _values), max_size=2)
-).map(lambda kept: {k: tuple(v) for k, v in kept.items()})
-_messages = st.builds(
-    ChatMessage,
-    st.sampled_from(MessageRole),
-    unicode_text(),
-    name=st.none() | unicode_text(),
-    tool_calls=st.none() | st.lists(_calls, max_size=2),
-    tool_call_id=st.none() | unicode_text(),
-    source=st.none() | st.sampled_from(MessageSource),
-    reasoning=st.none() | unicode_text(),
-    provider_data=st.none() | _blocks,
-    is_error=st.booleans(),
-)
+_calls = stored_calls(_values)
+_messages = stored_messages(_values, max_items=2)
 _counts = st.integers(min_value=0, max_value=10**6)
 _usages = st.builds(Usage, _counts, _counts, _counts, st.none() | _counts, st.none() | _counts)
 _responses = st.builds(
