@@ -518,10 +518,14 @@ class _StreamCall:
             async with asyncio.timeout(None) as deadline:
                 expiry = _expire_after(deadline, timeouts.first_byte)
                 try:
+                    proxy, headers = await self.sessions.from_environment(
+                        request.url, request.headers
+                    )
                     return await session.post(
                         request.url,
                         data=_json_body(session, request.payload),
-                        headers=dict(request.headers),
+                        headers=headers,
+                        proxy=proxy,
                         allow_redirects=False,
                         raise_for_status=False,  # ours to build, whatever the session says
                         timeout=aiohttp.ClientTimeout(
@@ -581,11 +585,11 @@ class _StreamCall:
 
     def _proxy(self) -> str | None:
         """``host:port`` of the proxy the request went to (the session's own, else
-        the environment's when the session trusts it), or ``None``."""
+        the environment's when the client's sessions trust it), or ``None``."""
         session = self.session
         # (a ClientSession(proxy=...)'s: aiohttp has no public accessor)
         proxy: URL | str | None = getattr(session, "_default_proxy", None)
-        if proxy is None and session is not None and session.trust_env:
+        if proxy is None and session is not None and self.sessions.trust_env:
             with contextlib.suppress(LookupError):
                 proxy, _ = get_env_proxy_for_url(self.request.url)
         if proxy is None:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
+from aiohttp.helpers import basicauth_from_netrc, get_env_proxy_for_url, netrc_from_env
+from yarl import URL
 
 if TYPE_CHECKING:
     from rafrx.sources._http import _StreamCall
@@ -27,10 +29,16 @@ class SessionPool:
     """The ``aiohttp.ClientSession`` a client uses, one per event loop, and the
     calls running on them.
 
-    A session given by the user is used as is and never closed. Otherwise one
-    is created lazily on the running loop, with no connection limit (1000
-    concurrent streams need 1000 connections), closed by :meth:`aclose`, or
-    when ``asyncio.run`` ends the loop.
+    A session given by the user is used as is (its own ``trust_env`` applies)
+    and never closed. Otherwise one is created lazily on the running loop, with
+    no connection limit (1000 concurrent streams need 1000 connections), closed
+    by :meth:`aclose`, or when ``asyncio.run`` ends the loop.
+
+    The pool's own sessions never read the environment themselves: with
+    ``trust_env``, :meth:`from_environment` gives each request what aiohttp's
+    ``trust_env`` would, except a ``.netrc`` login beside an ``Authorization``
+    header (which aiohttp refuses, failing every request): the header wins, as
+    in httpx.
     """
 
     def __init__(
@@ -47,6 +55,17 @@ class SessionPool:
         the given session's setting, else the pool's."""
         return self._given.trust_env if self._given is not None else self._trust_env
 
+    async def from_environment(
+        self, url: URL, headers: Mapping[str, str]
+    ) -> tuple[URL | None, dict[str, str]]:
+        """The proxy for a request to ``url`` and its ``headers``, with what the
+        environment adds when the pool's own sessions trust it (see
+        :func:`_environment_for`); else no proxy (a given session's own) and
+        ``headers`` as they are."""
+        if self._given is not None or not self._trust_env:
+            return None, dict(headers)
+        return await asyncio.to_thread(_environment_for, url, headers)
+
     async def get(self) -> aiohttp.ClientSession:
         """The session for the running loop."""
         if self._given is not None:
@@ -61,7 +80,7 @@ class SessionPool:
         session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=0),
             timeout=aiohttp.ClientTimeout(total=None),
-            trust_env=self._trust_env,
+            trust_env=False,  # (the environment's settings come from from_environment)
         )
         keeper = _keep_open(session)
         self._owned[loop] = (session, keeper)
@@ -101,3 +120,48 @@ class SessionPool:
                 closed = asyncio.wrap_future(future)
                 while not closed.done() and loop.is_running():  # (it may stop before it)
                     await asyncio.wait({closed}, timeout=0.1)
+
+
+def _environment_for(url: URL, headers: Mapping[str, str]) -> tuple[URL | None, dict[str, str]]:
+    """What aiohttp's ``trust_env`` takes from the environment for a request to
+    ``url`` (blocking: it reads ``.netrc``): the proxy, with its credentials in
+    its URL (see :func:`_env_proxy`), and ``headers`` with the ``.netrc`` login
+    of ``url``'s host as Basic ``Authorization`` unless they hold one or ``url``
+    has credentials of its own (which aiohttp sends)."""
+    headers = dict(headers)
+    has_credentials = url.raw_user is not None or url.raw_password is not None
+    if not has_credentials and not _has_authorization(headers):
+        login = _netrc_login(url.host)
+        if login is not None:
+            headers["Authorization"] = login
+    return _env_proxy(url), headers
+
+
+def _has_authorization(headers: Mapping[str, str]) -> bool:
+    """Whether ``headers`` hold an ``Authorization`` (in any case)."""
+    return any(name.lower() == "authorization" for name in headers)
+
+
+def _netrc_login(host: str | None) -> str | None:
+    """The ``.netrc`` (``$NETRC``, else ``~/.netrc``) login of ``host`` as aiohttp
+    sends it (``Basic …``), or ``None``."""
+    if host is None:
+        return None
+    try:
+        return basicauth_from_netrc(netrc_from_env(), host).encode()
+    except LookupError:  # (no file, or no entry for the host)
+        return None
+
+
+def _env_proxy(url: URL) -> URL | None:
+    """The proxy ``HTTP_PROXY`` / ``HTTPS_PROXY`` name for ``url`` unless
+    ``NO_PROXY`` lists its host, or ``None``; with the credentials aiohttp sends
+    it (the proxy URL's own, else its host's ``.netrc`` login) in its URL, from
+    where aiohttp sends them as ``Proxy-Authorization``."""
+    try:
+        proxy, auth = get_env_proxy_for_url(url)
+    except LookupError:
+        return None
+    if auth is None:
+        return proxy
+    return proxy.with_user(auth.login).with_password(auth.password)

@@ -409,7 +409,10 @@ class LLMClient(abc.ABC):
         trust_env: Let the client's own session take its proxy (``HTTP_PROXY``,
             ``HTTPS_PROXY``, ``NO_PROXY``) and ``.netrc`` credentials from the
             environment. Off by default, as in aiohttp: a proxy set for the
-            internet would otherwise also carry requests to local servers.
+            internet would otherwise also carry requests to local servers. The
+            API host's ``.netrc`` login is sent only without an ``Authorization``
+            header (the API key's or one in ``headers`` wins, as in httpx). A
+            given ``session`` ignores it: the session's own ``trust_env`` applies.
         **params: More body fields (``temperature``, ``reasoning_effort`` …).
             ``tools`` given here are offered in every call, after the call's own
             (a provider's server tool such as Anthropic's ``web_search_20250305``).
