@@ -186,7 +186,11 @@ class Agent:
             into tools with ``@tool``), or mappings of tools the provider runs
             itself (Anthropic's ``{"type": "web_search_20250305", ...}``, the
             Responses API's ``{"type": "web_search"}``): offered as given, never
-            run here.
+            run here. A call to a tool made with ``@tool(ends_turn=True)`` that
+            returns a result ends the turn once the calls of its LLM call have
+            run: no LLM call follows, the turn's transcript ends with the tool
+            results (``finish_reason`` ``TOOL_CALLS``) and is saved to history
+            as any turn is; a call of it that fails lets the model go on.
         instructions: A system message sent first in every LLM call.
         history: Loaded before each turn and given the turn's new messages
             after it succeeds, unless the provider refused or filtered its
@@ -334,14 +338,15 @@ class Agent:
         results are sent back in another call. Every result is forwarded as
         it comes, so each LLM call shows as a ``ResponseStartedEvent`` ...
         ``FinishEvent``, followed by its tools' results. After the model
-        answers without tool calls, the new input and the turn's transcript
-        are saved to history, then the observable completes: start the next
-        turn on completion (or after awaiting :meth:`send`), not on the last
-        ``FinishEvent``, which comes before the save. Disposal cancels the
-        running request and tools at once (no tool starts and no approver is
-        asked after it); a save already begun runs on to its end (the agent's
-        next turn waits for it), so history never keeps a call without its
-        result.
+        answers without tool calls (or a tool that ends the turn,
+        ``@tool(ends_turn=True)``, returned a result), the new input and the
+        turn's transcript are saved to history, then the observable
+        completes: start the next turn on completion (or after awaiting
+        :meth:`send`), not on the last ``FinishEvent``, which comes before the
+        save. Disposal cancels the running request and tools at once (no
+        tool starts and no approver is asked after it); a save already begun
+        runs on to its end (the agent's next turn waits for it), so history
+        never keeps a call without its result.
 
         An Anthropic call that stops with ``pause_turn`` (the server paused a
         long turn of its own tools) is sent back as it came, for the model to
@@ -422,6 +427,35 @@ def _check_timeout(timeout: float | None) -> None:
     """Refuse a turn's ``timeout`` that is not a positive number of seconds (or ``None``)."""
     if timeout is not None and not timeout > 0:  # (NaN too)
         raise ValueError(f"a turn's timeout is a positive number of seconds, got {timeout!r}")
+
+
+def _turn_enders(tools: Iterable[Tool | ServerTool]) -> frozenset[str]:
+    """The names of the tools whose result ends the turn (``ends_turn``)."""
+    return frozenset(t.name for t in tools if isinstance(t, Tool) and t.ends_turn)
+
+
+def _ended_by_a_tool(step: AgentResponse, enders: frozenset[str], ran: set[str]) -> bool:
+    """Whether a call of the step to a tool of ``enders`` ran here (not one of the calls
+    ``ran`` by the provider) and returned a result, not an error.
+
+    Example:
+        >>> from rafrx.messages import ToolCall
+        >>> step = AgentResponse(tool_calls=[ToolCall("c1", "done", {})],
+        ...     tool_messages=[ChatMessage.tool("ok", "c1")])
+        >>> _ended_by_a_tool(step, frozenset({"done"}), set())
+        True
+        >>> failed = AgentResponse(tool_calls=step.tool_calls,
+        ...     tool_messages=[ChatMessage.tool("Error: boom", "c1", is_error=True)])
+        >>> _ended_by_a_tool(failed, frozenset({"done"}), set())
+        False
+    """
+    if not enders:
+        return False
+    names = {call.id: call.name for call in step.tool_calls if call.id not in ran}
+    return any(
+        not message.is_error and names.get(message.tool_call_id or "") in enders
+        for message in step.tool_messages
+    )
 
 
 def _goes_on(step: AgentResponse) -> bool:
@@ -859,19 +893,23 @@ class _Turn:
             ) from None
 
     async def answer(self) -> None:
-        """The LLM calls and tool runs of the turn, until the model answers."""
+        """The LLM calls and tool runs of the turn, until the model answers (or a tool
+        that ends the turn returned a result)."""
         agent = self.agent
         conversation = await self.messages()
         calling = used_tools = False
         for _ in range(agent.max_steps):
             self.check_stopped()
             self.follow_approver()
+            enders = _turn_enders(agent.tools)
             step, ran = await self.step(conversation, self.unforced() if used_tools else {})
             self.check_stopped()  # (a client that emits at once: no await let it land)
             calling = any(call.complete and call.id not in ran for call in step.tool_calls)
             used_tools = used_tools or calling
             if not calling and not _goes_on(step):
                 break  # (a call cut short never ran: nothing for the model to read)
+            if calling and _ended_by_a_tool(step, enders, ran):
+                break  # (its result is the turn's last message)
             conversation.extend(step.turn_transcript)  # (paused: it goes on from there)
         else:
             doing = (

@@ -168,6 +168,8 @@ class Tool(Generic[P, R]):
         strict: Whether OpenAI is asked for arguments that always fit the
             schema: :attr:`strict_parameters` is sent instead, and a ``null``
             for an optional argument means its default.
+        ends_turn: Whether a call that returns a result ends the agent's turn
+            (no more LLM calls; see :func:`tool`).
 
     Example:
         >>> def echo(text: str) -> str:
@@ -185,6 +187,7 @@ class Tool(Generic[P, R]):
     requires_approval: bool = False
     timeout: float | None = attrs.field(default=None, validator=_positive)
     strict: bool = False
+    ends_turn: bool = False
     _binder: Binder | None = attrs.field(
         default=None, kw_only=True, alias="binder", repr=False, eq=False, hash=False
     )
@@ -449,6 +452,7 @@ def tool(
     requires_approval: bool = False,
     timeout: float | None = None,
     strict: bool = False,
+    ends_turn: bool = False,
 ) -> Tool[P, R]: ...
 
 
@@ -460,6 +464,7 @@ def tool(
     requires_approval: bool = False,
     timeout: float | None = None,
     strict: bool = False,
+    ends_turn: bool = False,
 ) -> Callable[[Callable[P, R]], Tool[P, R]]: ...
 
 
@@ -472,6 +477,7 @@ def tool(
     requires_approval: bool = False,
     timeout: float | None = None,
     strict: bool = False,
+    ends_turn: bool = False,
 ) -> Tool[..., Any] | Callable[[Callable[..., Any]], Tool[..., Any]]:
     """Make a :class:`Tool` of a sync or async function; use bare or with options.
 
@@ -486,6 +492,15 @@ def tool(
         strict: Ask OpenAI for arguments that always fit the schema
             (:attr:`Tool.strict_parameters` is sent; Anthropic gets the
             schema as it is).
+        ends_turn: In an :class:`~rafrx.Agent`, a call that returns a result
+            ends the turn: no LLM call follows, and the tool's result is the
+            turn's last message (its ``finish_reason`` is
+            ``FinishReason.TOOL_CALLS``). The other calls of the same LLM call
+            still run. A call that fails (an exception, bad arguments, a
+            timeout, a denied approval) does not: the model reads the error
+            and goes on. For a tool whose result is the answer (a final
+            structured output, a handoff), as OpenAI's Agents SDK's
+            ``StopAtTools``.
 
     Raises:
         TypeError: a parameter's type hint has no JSON schema (or none in
@@ -498,6 +513,16 @@ def tool(
         ...     return f"deleted {path}"
         >>> delete_file.requires_approval, delete_file.timeout, delete_file.to_anthropic()["name"]
         (True, 5, 'delete_file')
+
+        A tool whose result is the turn's answer (an agent makes no LLM call
+        after it has run):
+
+        >>> @tool(ends_turn=True)
+        ... def final_answer(answer: str) -> str:
+        ...     '''Give the final answer.'''
+        ...     return answer
+        >>> final_answer.ends_turn, delete_file.ends_turn
+        (True, False)
 
         A partial is described by its function; what it fixes by keyword is
         not the model's to set:
@@ -522,7 +547,12 @@ def tool(
         >>> list(counter.add.parameters["properties"]), asyncio.run(counter.add.invoke({"n": 2}))
         (['n'], 2)
     """
-    options = {"requires_approval": requires_approval, "timeout": timeout, "strict": strict}
+    options = {
+        "requires_approval": requires_approval,
+        "timeout": timeout,
+        "strict": strict,
+        "ends_turn": ends_turn,
+    }
     if fn is not None:
         return _make_tool(fn, name, description, **options)
     return lambda f: _make_tool(f, name, description, **options)
