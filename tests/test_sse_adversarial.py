@@ -235,7 +235,8 @@ def test_limits_trip_for_the_same_bodies_however_split(
 
 
 def limits_oracle(body: bytes, max_line: int, max_event: int) -> str:
-    """'raise' if any line (the unfinished one too) or any event's data is over its limit."""
+    """'raise' if any line (the unfinished one too) or any event's data is over its limit:
+    an unfinished line known to be a data line (``data:``) counts toward its event."""
     text = decode_stream(body)
     if text.startswith("\ufeff"):
         text = text[1:]
@@ -244,8 +245,8 @@ def limits_oracle(body: bytes, max_line: int, max_event: int) -> str:
     for index, line in enumerate(lines):
         if len(line.encode("utf-8")) > max_line:
             return "raise"
-        if index == len(lines) - 1:
-            break  # unfinished
+        if index == len(lines) - 1 and not line.startswith("data:"):
+            break  # unfinished, and not known to be a data line
         if line == "":
             data = None
             continue
