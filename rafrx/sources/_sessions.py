@@ -13,7 +13,7 @@ from yarl import URL
 if TYPE_CHECKING:
     from rafrx.sources._http import _StreamCall
 
-__all__ = ["SessionPool"]
+__all__ = ["SessionPool", "has_authorization"]
 
 
 async def _keep_open(session: aiohttp.ClientSession) -> AsyncGenerator[None, None]:
@@ -130,14 +130,14 @@ def _environment_for(url: URL, headers: Mapping[str, str]) -> tuple[URL | None, 
     has credentials of its own (which aiohttp sends)."""
     headers = dict(headers)
     has_credentials = url.raw_user is not None or url.raw_password is not None
-    if not has_credentials and not _has_authorization(headers):
+    if not has_credentials and not has_authorization(headers):
         login = _netrc_login(url.host)
         if login is not None:
             headers["Authorization"] = login
     return _env_proxy(url), headers
 
 
-def _has_authorization(headers: Mapping[str, str]) -> bool:
+def has_authorization(headers: Mapping[str, str]) -> bool:
     """Whether ``headers`` hold an ``Authorization`` (in any case)."""
     return any(name.lower() == "authorization" for name in headers)
 

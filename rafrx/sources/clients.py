@@ -67,7 +67,7 @@ from rafrx.messages import (
 from rafrx.sources._http import HTTPRequest, stream_updates
 from rafrx.sources._policy import RetryPolicy, Timeouts
 from rafrx.sources._secrets import masked_url
-from rafrx.sources._sessions import SessionPool
+from rafrx.sources._sessions import SessionPool, has_authorization
 from rafrx.sources.dialects import DIALECTS, check_dialect_name
 from rafrx.sse import DEFAULT_MAX_EVENT_BYTES, DEFAULT_MAX_LINE_BYTES
 from rafrx.tools import Tool
@@ -461,9 +461,9 @@ class LLMClient(abc.ABC):
         if self.url.user is None and self.url.password is None:
             return
         from_key = self._auth_headers(self._api_key.value) if self._api_key else {}
-        if not _has_authorization(_overridden(from_key, self._extra_headers)):
+        if not has_authorization(_overridden(from_key, self._extra_headers)):
             return
-        given = "headers=" if _has_authorization(self._extra_headers) else "api_key"
+        given = "headers=" if has_authorization(self._extra_headers) else "api_key"
         raise ValueError(
             f"base_url {_shown_url(self.base_url)!r} holds credentials and {given} gives an "
             "Authorization header: a request carries one Authorization, give either"
@@ -644,10 +644,6 @@ def _shown_url(base_url: str) -> str:
             shown = "***@" + shown.rpartition("@")[2]
         return shown + ("?***" if query else "")
     return masked_url(url) if url.query_string or url.user else base_url
-
-
-def _has_authorization(headers: Mapping[str, str]) -> bool:
-    return any(name.lower() == "authorization" for name in headers)
 
 
 def _overridden(defaults: Mapping[str, str], given: Mapping[str, str]) -> dict[str, str]:
