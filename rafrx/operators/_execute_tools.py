@@ -139,10 +139,11 @@ class _Runner:
                     self.llm_call = _LLMCall()
                 elif isinstance(event, FinishEvent):
                     self.end_call()
-        for content in result.contents:  # a new call: answers to its id may come on sight
-            if isinstance(content, ToolCallingContent) and content.call_id not in self.seen:
-                self.closed.discard(content.call_id)
-                self.open_requests.pop(content.call_id, None)  # (its request is to come)
+        if self.closed or self.open_requests:  # (else nothing to forget: most results)
+            for content in result.contents:  # a new call: answers to its id may come on sight
+                if isinstance(content, ToolCallingContent) and content.call_id not in self.seen:
+                    self.closed.discard(content.call_id)
+                    self.open_requests.pop(content.call_id, None)  # (its request is to come)
         for event in result.events:
             if isinstance(event, ToolApprovalRequestEvent):
                 self.open(event)  # (the provider's: answers may come as it is seen)
