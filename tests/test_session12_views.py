@@ -357,3 +357,26 @@ def test_pin_the_replay_command_prints_a_call_between_the_texts_around_it(
     after = out.index("Then I will tell you.")
     assert first < card < after
     assert io.StringIO(out).readline().rstrip("\n") == "Let me look it up."
+
+
+def test_pin_the_chat_command_prints_thinking_text_and_calls_as_they_came(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Pin: ``python -m rafrx chat`` against a server streaming interleaved thinking
+    prints each piece where it came (the chat has no tools: the turn ends with the calls)."""
+    with LLMServer.in_thread() as server:
+        server.enqueue(Replay(INTERLEAVED_TURN, chunk_size=97))
+        monkeypatch.setattr("sys.stdin", io.StringIO("Weather?\n"))
+        args = ["chat", "--base-url", server.url, "--model", claude.MODEL, "--plain"]
+        assert main([*args, "--format", "anthropic"]) == 0
+    out = capsys.readouterr().out
+    assert in_order(
+        out,
+        "[thinking] I should say what I do.",
+        "Checking two cities.",
+        "[thinking] Oslo first, then Bergen.",
+        "[tool] lookup (toolu_01)",
+        " And tomorrow:",
+        "[tool] forecast (toolu_02)",
+        "finish: tool_calls",
+    )
