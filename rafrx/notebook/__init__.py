@@ -15,9 +15,10 @@ Everything model-made is escaped: a ``<script>`` in a reply stays text.
 The modules, one job each: ``_html`` (HTML of the model values), ``_state``
 (a stream folded into a live view's state), ``_render`` (that state as HTML
 and text), ``_display`` (IPython or plain-text display), ``_results``
-(updates or results as results), ``_live`` (the live view), ``_marks`` and
-``_timeline`` (the timeline), ``_format`` (formatters shared with
-:mod:`rafrx.terminal`).
+(updates or results as results), ``_live`` (the live view), ``_order`` (a
+message's reasoning, text and calls in the order they streamed, for the final
+view), ``_marks`` and ``_timeline`` (the timeline), ``_format`` (formatters
+shared with :mod:`rafrx.terminal`).
 
 Example:
     >>> from rafrx.content import TextContent

@@ -14,11 +14,12 @@ from typing import TYPE_CHECKING, Any
 
 from rafrx import content as c
 from rafrx.events import ToolApprovalRequestEvent
-from rafrx.messages import MCP_APPROVAL_RESPONSE, OPENAI_REASONING, MessageRole
+from rafrx.messages import MCP_APPROVAL_RESPONSE, MessageRole
 from rafrx.notebook._format import clip_html, escape, json_html
+from rafrx.notebook._order import message_parts
 
 if TYPE_CHECKING:
-    from rafrx.messages import ChatMessage
+    from rafrx.messages import ChatMessage, ToolCall
     from rafrx.response import AgentResponse, AgentResponseResult
 
 __all__ = ["content_html", "message_html", "response_html", "result_html"]
@@ -90,24 +91,28 @@ def _number(value: object) -> str:
 
 
 def message_html(message: ChatMessage) -> str:
-    """A chat message as HTML."""
-    calls = "".join(
-        f"<div>🔧 <b>{escape(call.name)}</b>(<code>{json_html(call.arguments)}</code>) "
-        f"<code>{escape(call.id)}</code></div>"
-        for call in message.tool_calls or ()
-    )
-    reasoning = (
-        f'<div style="color:#888">{escape(message.reasoning)}</div>' if message.reasoning else ""
-    )
-    kept = message.provider_data.get(OPENAI_REASONING) if message.provider_data else None
-    calls += "".join(_approval_html(block) for block in kept or () if isinstance(block, dict))
+    """A chat message as HTML: its reasoning, text and tool calls in the order they
+    streamed, as the live view showed them (see :func:`~rafrx.notebook._order.message_parts`)."""
     style = "white-space:pre-wrap" + (";color:#c00" if message.is_error else "")
     tool_result = message.role is MessageRole.TOOL  # (a preview, as in the live view)
-    content = clip_html(message.content) if tool_result else escape(message.content)
+    shown = []
+    for kind, value in message_parts(message):
+        if kind == "text":
+            text = clip_html(value) if tool_result else escape(value)
+            shown.append(f'<span class="rafrx-text" style="{style}">{text}</span>')
+        elif kind == "reasoning":
+            shown.append(f'<div class="rafrx-reasoning" style="color:#888">{escape(value)}</div>')
+        elif kind == "call":
+            shown.append(_call_html(value))
+        else:
+            shown.append(_approval_html(value))
+    return f'<div class="rafrx-message"><b>{escape(message.role.value)}</b>: {"".join(shown)}</div>'
+
+
+def _call_html(call: ToolCall) -> str:
     return (
-        f'<div class="rafrx-message"><b>{escape(message.role.value)}</b>: '
-        f'{reasoning}<span style="{style}">{content}</span>'
-        f"{calls}</div>"
+        f'<div class="rafrx-call">🔧 <b>{escape(call.name)}</b>'
+        f"(<code>{json_html(call.arguments)}</code>) <code>{escape(call.id)}</code></div>"
     )
 
 
@@ -138,8 +143,8 @@ def response_html(response: AgentResponse) -> str:
     """An :class:`~rafrx.AgentResponse` as HTML: transcript, finish and usage."""
     rows = "".join(message_html(m) for m in response.turn_transcript)
     rows += "".join(  # calls cut short: never run, so not in the transcript
-        f'<div style="color:#c00">✂ <b>{escape(call.name)}</b> <code>{escape(call.id)}</code> '
-        f"{escape(call.error or '')}</div>"
+        f'<div class="rafrx-call" style="color:#c00">✂ <b>{escape(call.name)}</b> '
+        f"<code>{escape(call.id)}</code> {escape(call.error or '')}</div>"
         for call in response.tool_calls
         if not call.complete
     )
