@@ -58,11 +58,33 @@ async def call_function(
     if is_async(fn):
         result = fn(*args, **kwargs)
     else:  # as asyncio.to_thread, on threads of its own (see SYNC_THREADS)
-        call = functools.partial(contextvars.copy_context().run, _no_stop, fn, args, kwargs)
+        call = _CallOnce(fn, args, kwargs)
         result = await asyncio.get_running_loop().run_in_executor(SYNC_THREADS, call)
     if inspect.isawaitable(result):
         result = await result
     return result
+
+
+class _CallOnce:
+    """``fn(*args, **kwargs)`` in a copy of the caller's context, for a worker thread,
+    letting go of all three as it runs: a pool's worker keeps what it ran until the OS
+    lets it run again, which a loaded machine delays past the caller's resuming; the
+    caller's function and arguments must not live on until then (they die when the
+    caller drops them). The result and an exception reach the caller through the
+    worker's future."""
+
+    __slots__ = ("_call",)
+
+    def __init__(self, fn: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str, Any]):
+        self._call: Callable[[], Any] | None = functools.partial(
+            contextvars.copy_context().run, _no_stop, fn, args, kwargs
+        )
+
+    def __call__(self) -> Any:
+        call, self._call = self._call, None
+        if call is None:
+            raise RuntimeError("a sync call runs once")
+        return call()
 
 
 def _no_stop(fn: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:

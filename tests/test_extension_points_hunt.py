@@ -426,7 +426,10 @@ def test_a_tool_result_injected_by_ones_operator_is_the_calls_result() -> None:
                 return [update, u.ToolCalled(update.id, result="21 °C")]
             return [update]
 
-        return source.pipe(rx.flat_map(lambda x: reactivex.from_iterable(on_each(x))))
+        # concat_map, not flat_map: under run() each inner from_iterable runs on a thread
+        # of its own (the subscription's NewThreadScheduler), and flat_map keeps no order
+        # between them (an argument fragment could pass its call's start).
+        return source.pipe(rx.concat_map(lambda x: reactivex.from_iterable(on_each(x))))
 
     body = call_body(("get_weather", {"city": "Paris"}))
     response = respond(from_sse(body, GeminiLikeDialect).pipe(answer_calls))
