@@ -14,6 +14,7 @@ what happened                                 error
 status >= 400, or a redirect (not followed)   :class:`~rafrx.errors.HTTPStatusError`
 not ``text/event-stream``                     :class:`~rafrx.errors.ContentTypeError`
 refused, DNS, reset before the response       :class:`~rafrx.errors.TransportError`
+a proxy's 407, to CONNECT or to a request     :class:`~rafrx.errors.TransportError`
 no connection / headers in time               :class:`~rafrx.errors.ConnectTimeout`
 silence between chunks for ``idle`` seconds   :class:`~rafrx.errors.IdleTimeout`
 connection lost mid-body                      :class:`~rafrx.errors.StreamInterrupted`
@@ -447,6 +448,8 @@ class _StreamCall:
         response = await self._send()
         self.response = response
         self.request_id = request_id(response.headers)
+        if response.status == 407 and (via := self._proxy()) is not None:
+            raise self._proxy_refused(via, "request", response.status, response.reason)
         if response.status >= 300:  # redirects are not followed (see stream_updates)
             raise await self._status_error(response)
         head = b""  # (read to see what a body that is said not to be an event stream is)
@@ -562,14 +565,7 @@ class _StreamCall:
             message = f"connection to {url} failed: {type(exc).__name__}: {exc}"
             return TransportError(redact(message, secrets))
         if isinstance(exc, aiohttp.ClientHttpProxyError):  # (the proxy's answer to CONNECT)
-            via = self._proxy()
-            named = f"the proxy {via}" if via else "the proxy"
-            message = f"{named} refused the tunnel to {url}: HTTP {exc.status} {exc.message}"
-            return TransportError(
-                redact(message, secrets),
-                status=exc.status,
-                retryable=is_retryable(None, None, exc.status),
-            )
+            return self._proxy_refused(self._proxy(), "tunnel", exc.status, exc.message)
         if isinstance(exc, aiohttp.ClientResponseError):  # not HTTP, a bad header
             # exc.message only: str(exc) and repr(exc) carry the full URL and the headers.
             message = f"invalid HTTP response from {url}: {type(exc).__name__}"
@@ -582,6 +578,20 @@ class _StreamCall:
             message = f"cannot send the request to {url}: {detail}"
             return TransportError(redact(message, secrets), retryable=False)
         return TransportError(redact(f"request to {url} failed: {type(exc).__name__}", secrets))
+
+    def _proxy_refused(
+        self, via: str | None, what: str, status: int, reason: str | None
+    ) -> TransportError:
+        """The error of a proxy (``host:port``, if known) that answered ``status`` to the
+        ``what`` (``tunnel``: its ``CONNECT``; ``request``: a plain-HTTP request it
+        answers itself), without its page: it may quote the credentials it was sent."""
+        named = f"the proxy {via}" if via else "the proxy"
+        message = f"{named} refused the {what} to {self.request.safe_url}: HTTP {status}"
+        return TransportError(
+            redact(f"{message} {reason}" if reason else message, self.request.secrets),
+            status=status,
+            retryable=is_retryable(None, None, status),
+        )
 
     def _proxy(self) -> str | None:
         """``host:port`` of the proxy the request went to (the session's own, else
