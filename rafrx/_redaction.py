@@ -181,13 +181,14 @@ def proxy_secrets(proxies: Mapping[str, str] | None = None) -> tuple[str, ...]:
     for scheme, proxy in given.items():
         if scheme != "no":  # (NO_PROXY: host names, no URL)
             with contextlib.suppress(ValueError):
-                forms += url_secrets(proxy) or _netrc_secrets(URL(proxy).host)
+                forms += url_secrets(proxy) or netrc_secrets(URL(proxy).host)
     return tuple(dict.fromkeys(forms))
 
 
-def _netrc_secrets(host: str | None) -> tuple[str, ...]:
+def netrc_secrets(host: str | None) -> tuple[str, ...]:
     """The credentials the netrc file (``$NETRC``, else ``~/.netrc``) holds for
-    ``host``: what aiohttp sends a proxy whose URL has none, with ``trust_env``.
+    ``host``: what aiohttp sends, with ``trust_env``, a proxy whose URL has none,
+    and the API host when no ``Authorization`` is given.
 
     Its password, and the Basic credentials made of the login and it; an entry
     without a password holds none (a login is no secret: a name like ``api``

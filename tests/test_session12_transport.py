@@ -1,5 +1,6 @@
 """Regression tests of session 12's transport fixes (helper B): a proxy's 407 for a
-plain-``http://`` target.
+plain-``http://`` target, and the API host's ``.netrc`` password kept out of errors and
+logs.
 
 Each failed on the commit before its fix, for the reason its docstring gives (one saying
 "as before" guards what the fix keeps). Every HTTP
@@ -9,21 +10,28 @@ exchange is real aiohttp over 127.0.0.1 (a small aiohttp app of the test's own).
 from __future__ import annotations
 
 import base64
+import logging
 import pathlib
 from collections.abc import AsyncIterator, Callable
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
 
 import aiohttp
 import pytest
 from aiohttp import web
+from reactivex import Observable
 
-from rafrx.errors import HTTPStatusError, TransportError
+from rafrx import collect_agent_response, convert
+from rafrx.errors import HTTPStatusError, RafrxError, TransportError
+from rafrx.recorder import record
 from rafrx.sources.clients import OpenAIChatClient, Timeouts
-from tests.sources._raw_server import KEY, ask, raw_server
+from rafrx.testing import Reply, render
+from rafrx.updates import AgentResponseUpdate
+from tests.sources._raw_server import KEY, USER, ask, raw_server
 
 FAST = Timeouts(connect=2.0, first_byte=5.0, idle=5.0)
 API_HOST = "api.example.invalid"  # (reached through the proxy only: it never resolves)
 PROXY_PASSWORD = "Pr0xy-S3cret-pw"
+NETRC_PASSWORD = "n3trc-S3cret-pw"
 
 
 @pytest.fixture
@@ -140,3 +148,91 @@ async def test_a_407_without_a_proxy_stays_the_servers_status_error(
         _, err = await ask(client)
     assert type(err) is HTTPStatusError
     assert err.status == 407
+
+
+# ------------------------------------------------------------ 2. the API host's .netrc password
+
+
+BASIC = base64.b64encode(f"me:{NETRC_PASSWORD}".encode()).decode()
+
+
+async def echo_credentials(request: web.Request) -> web.Response:
+    """A server refusing the login it got, quoting it: the header and the decoded password."""
+    sent = request.headers.get("Authorization", "")
+    login = base64.b64decode(sent.removeprefix("Basic ")).decode() if sent else ""
+    message = f"invalid credentials {sent!r} ({login})"
+    return web.json_response({"error": {"message": message, "type": "auth_error"}}, status=401)
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("given_session", [False, True], ids=["own-session", "given-session"])
+async def test_the_api_hosts_netrc_password_never_reaches_an_error(
+    no_task_leak: None, clean_env: pathlib.Path, given_session: bool
+) -> None:
+    """What the user has: ``trust_env=True`` (or a ``ClientSession(trust_env=True)``), no
+    API key, and a ``.netrc`` entry for the API host, whose login goes as Basic auth.
+
+    What happens: the server refuses it quoting the credentials it got (the header and
+    the decoded password, as a debugging gateway does) and the ``HTTPStatusError``'s
+    message, repr and body hold the password, and its Basic form: they reach logs and
+    bug reports. The API key, the proxy's credentials, a password in ``base_url`` are
+    all redacted; the ``.netrc`` one was not.
+
+    What should happen: it is redacted as the API key is, in the error and so in a
+    recording of the stream that ends with it.
+    """
+    clean_env.write_text(f"machine 127.0.0.1 login me password {NETRC_PASSWORD}\n")
+    recording = clean_env.parent / "turn.jsonl"
+    session = aiohttp.ClientSession(trust_env=True) if given_session else None
+    async with (
+        raw_server(echo_credentials) as (root, seen),
+        session or nullcontext(),
+        OpenAIChatClient(
+            root + "/v1", timeouts=FAST, trust_env=not given_session, session=session
+        ) as client,
+    ):
+        err = await failure(record(client.stream(USER), recording))
+    assert seen[0].headers["Authorization"] == f"Basic {BASIC}"  # (the login was sent)
+    assert isinstance(err, HTTPStatusError)
+    written = recording.read_text()
+    assert "invalid credentials" in written  # (the recording ends with the error)
+    shown = f"{err} {err!r} {err.body} {err.provider_message} {written}"
+    assert NETRC_PASSWORD not in shown
+    assert BASIC not in shown
+
+
+async def failure(updates: Observable[AgentResponseUpdate]) -> RafrxError:
+    """The error the call of ``updates`` ends with."""
+    try:
+        await collect_agent_response(updates.pipe(convert()))
+    except RafrxError as err:
+        return err
+    raise AssertionError("the call succeeded")
+
+
+@pytest.mark.asyncio
+async def test_the_api_hosts_netrc_password_never_reaches_a_log(
+    no_task_leak: None, clean_env: pathlib.Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The same password echoed where rafrx logs what the server said: an event stream
+    sent with a wrong ``Content-Type`` (decoded, with a warning quoting it)."""
+    clean_env.write_text(f"machine 127.0.0.1 login me password {NETRC_PASSWORD}\n")
+
+    async def echoing_content_type(request: web.Request) -> web.Response:
+        kind = f"text/plain; login={base64.b64decode(BASIC).decode()}"
+        return web.Response(
+            body=render(Reply(text="ok"), "openai-chat"), headers={"Content-Type": kind}
+        )
+
+    with caplog.at_level(logging.WARNING, logger="rafrx"):
+        async with (
+            raw_server(echoing_content_type) as (root, _),
+            OpenAIChatClient(root + "/v1", timeouts=FAST, trust_env=True) as client,
+        ):
+            response, err = await ask(client)
+    assert err is None
+    assert response is not None
+    assert response.text == "ok"
+    logged = " ".join(record.getMessage() for record in caplog.records)
+    assert "as Content-Type" in logged
+    assert NETRC_PASSWORD not in logged

@@ -13,7 +13,7 @@ from yarl import URL
 if TYPE_CHECKING:
     from rafrx.sources._http import _StreamCall
 
-__all__ = ["SessionPool", "has_authorization"]
+__all__ = ["SessionPool", "has_authorization", "sends_netrc_login"]
 
 
 async def _keep_open(session: aiohttp.ClientSession) -> AsyncGenerator[None, None]:
@@ -129,12 +129,19 @@ def _environment_for(url: URL, headers: Mapping[str, str]) -> tuple[URL | None, 
     of ``url``'s host as Basic ``Authorization`` unless they hold one or ``url``
     has credentials of its own (which aiohttp sends)."""
     headers = dict(headers)
-    has_credentials = url.raw_user is not None or url.raw_password is not None
-    if not has_credentials and not has_authorization(headers):
+    if sends_netrc_login(url, headers):
         login = _netrc_login(url.host)
         if login is not None:
             headers["Authorization"] = login
     return _env_proxy(url), headers
+
+
+def sends_netrc_login(url: URL, headers: Mapping[str, str]) -> bool:
+    """Whether a request to ``url`` with ``headers`` goes, with ``trust_env``, with
+    its host's ``.netrc`` login (if it has one): neither ``url`` has credentials
+    nor ``headers`` an ``Authorization``."""
+    has_credentials = url.raw_user is not None or url.raw_password is not None
+    return not has_credentials and not has_authorization(headers)
 
 
 def has_authorization(headers: Mapping[str, str]) -> bool:

@@ -44,7 +44,13 @@ import aiohttp
 from reactivex import Observable
 from yarl import URL
 
-from rafrx._redaction import is_secret_header, proxy_secrets, secret_forms, url_secrets
+from rafrx._redaction import (
+    is_secret_header,
+    netrc_secrets,
+    proxy_secrets,
+    secret_forms,
+    url_secrets,
+)
 from rafrx.messages import (
     CUSTOM_TOOL_CALL_REF,
     FUNCTION_CALL_REF,
@@ -67,7 +73,7 @@ from rafrx.messages import (
 from rafrx.sources._http import HTTPRequest, stream_updates
 from rafrx.sources._policy import RetryPolicy, Timeouts
 from rafrx.sources._secrets import masked_url
-from rafrx.sources._sessions import SessionPool, has_authorization
+from rafrx.sources._sessions import SessionPool, has_authorization, sends_netrc_login
 from rafrx.sources.dialects import DIALECTS, check_dialect_name
 from rafrx.sse import DEFAULT_MAX_EVENT_BYTES, DEFAULT_MAX_LINE_BYTES
 from rafrx.tools import Tool
@@ -411,8 +417,9 @@ class LLMClient(abc.ABC):
             environment. Off by default, as in aiohttp: a proxy set for the
             internet would otherwise also carry requests to local servers. The
             API host's ``.netrc`` login is sent only without an ``Authorization``
-            header (the API key's or one in ``headers`` wins, as in httpx). A
-            given ``session`` ignores it: the session's own ``trust_env`` applies.
+            header (the API key's or one in ``headers`` wins, as in httpx). These
+            credentials are redacted as the API key is. A given ``session``
+            ignores it: the session's own ``trust_env`` applies.
         **params: More body fields (``temperature``, ``reasoning_effort`` …).
             ``tools`` given here are offered in every call, after the call's own
             (a provider's server tool such as Anthropic's ``web_search_20250305``).
@@ -538,12 +545,12 @@ class LLMClient(abc.ABC):
             **self._protocol_headers(),
         }
         secrets = (*url_secrets(self.url), *_header_secrets(self._extra_headers))
-        if self._sessions.trust_env:  # (a proxy's credentials may come back in its error)
-            secrets = (*secrets, *proxy_secrets())
         if self._api_key is not None:
             headers.update(self._auth_headers(self._api_key.value))
             secrets = (*secrets, self._api_key.value)
         headers = _overridden(headers, self._extra_headers)
+        if self._sessions.trust_env:  # (what goes from the environment may come back)
+            secrets = (*secrets, *self._environment_secrets(headers))
         request = HTTPRequest(
             self.url,
             payload,
@@ -554,6 +561,15 @@ class LLMClient(abc.ABC):
             max_event_bytes=self.max_event_bytes,
         )
         return stream_updates(request, self._sessions, self.timeouts, self.retry)
+
+    def _environment_secrets(self, headers: Mapping[str, str]) -> tuple[str, ...]:
+        """What a request with ``headers`` sends from the environment, with ``trust_env``:
+        the proxies' credentials, and the API host's ``.netrc`` login unless an
+        ``Authorization`` (or credentials in ``base_url``) wins over it."""
+        secrets = proxy_secrets()
+        if sends_netrc_login(self.url, headers):
+            secrets = (*secrets, *netrc_secrets(self.url.host))
+        return secrets
 
     async def aclose(self) -> None:
         """End the calls still running, then close the sessions this client created.
