@@ -236,3 +236,41 @@ async def test_the_api_hosts_netrc_password_never_reaches_a_log(
     logged = " ".join(record.getMessage() for record in caplog.records)
     assert "as Content-Type" in logged
     assert NETRC_PASSWORD not in logged
+
+
+# ------------------------------------------------------------ 3. a given session's .netrc login
+
+
+@pytest.mark.asyncio
+async def test_a_given_trust_env_session_adding_a_netrc_login_beside_the_key_says_so(
+    no_task_leak: None, clean_env: pathlib.Path
+) -> None:
+    """What the user does: gives the client an ``aiohttp.ClientSession(trust_env=True)``
+    and an API key (sent as ``Authorization``), with a ``.netrc`` entry for the API host.
+
+    What happens: aiohttp adds the host's netrc login, then refuses it beside the
+    ``Authorization`` header; every call fails with "ValueError: Cannot combine
+    AUTHORIZATION header with AUTH argument or credentials encoded in URL", which names
+    neither the session nor ``.netrc``: the user looks for credentials in ``base_url``.
+
+    rafrx cannot make the call work without changing the user's session: aiohttp takes
+    the netrc login for any request of a ``trust_env`` session unless given ``auth=``
+    (sent as Basic, refused beside the header too), and a request's ``middlewares=``
+    (aiohttp 3.12+) would replace the session's own. What should happen: the error says
+    why, and what to do; never the password.
+    """
+    clean_env.write_text(f"machine 127.0.0.1 login me password {NETRC_PASSWORD}\n")
+    async with (
+        raw_server(echo_credentials) as (root, seen),
+        aiohttp.ClientSession(trust_env=True) as session,
+        OpenAIChatClient(root + "/v1", KEY, timeouts=FAST, session=session) as client,
+    ):
+        _, err = await ask(client)
+    assert seen == []  # (refused before it was sent)
+    assert type(err) is TransportError
+    assert not err.retryable
+    said = str(err)
+    assert "Cannot combine AUTHORIZATION header" in said
+    added = "the given aiohttp session adds the .netrc login of 127.0.0.1 (trust_env=True)"
+    assert f"{added}, which aiohttp refuses beside the Authorization header" in said
+    assert NETRC_PASSWORD not in f"{said} {err!r}"

@@ -74,7 +74,7 @@ from rafrx.sources._failures import (
 from rafrx.sources._idle import IdleTimer
 from rafrx.sources._policy import RetryPolicy, Timeouts, parse_retry_after, request_id
 from rafrx.sources._secrets import masked_url, redact, redact_cut, redact_error
-from rafrx.sources._sessions import SessionPool
+from rafrx.sources._sessions import SessionPool, has_authorization
 from rafrx.sources.dialects._common import is_retryable
 from rafrx.sse import (
     DEFAULT_MAX_EVENT_BYTES,
@@ -575,9 +575,26 @@ class _StreamCall:
             detail = type(exc).__name__
             if not isinstance(exc, UnicodeError):  # whose text quotes the URL's password
                 detail = f"{detail}: {exc}"
-            message = f"cannot send the request to {url}: {detail}"
+            message = f"cannot send the request to {url}: {detail}{self._added_credentials(exc)}"
             return TransportError(redact(message, secrets), retryable=False)
         return TransportError(redact(f"request to {url} failed: {type(exc).__name__}", secrets))
+
+    def _added_credentials(self, refusal: ValueError) -> str:
+        """Why aiohttp refused to send the request (``refusal``) when a given session with
+        ``trust_env`` adds the host's ``.netrc`` login beside the request's
+        ``Authorization``, and what to do; else ``""``. (rafrx cannot take the login off
+        a request without changing the user's session; the pool's own sessions add none.)"""
+        session, request = self.session, self.request
+        if session is None or not session.trust_env or "AUTHORIZATION" not in str(refusal):
+            return ""
+        if not has_authorization(request.headers):
+            return ""
+        return (
+            f" (the given aiohttp session adds the .netrc login of {request.url.host} "
+            "(trust_env=True), which aiohttp refuses beside the Authorization header of "
+            "api_key or headers=: give a session without trust_env (a proxy as its proxy=), "
+            "or drop that .netrc entry)"
+        )
 
     def _proxy_refused(
         self, via: str | None, what: str, status: int, reason: str | None

@@ -407,7 +407,14 @@ class LLMClient(abc.ABC):
         session: An ``aiohttp.ClientSession`` to use (never closed by the
             client: call :meth:`aclose` before closing it, as aiohttp leaves a
             stream reading from a closed session waiting until the idle
-            timeout); by default the client makes one per event loop.
+            timeout); by default the client makes one per event loop. It is
+            used as it is: one with ``trust_env=True`` adds the API host's
+            ``.netrc`` login itself, which aiohttp refuses beside an
+            ``Authorization`` header (the API key's, or one in ``headers``):
+            each call then fails with a ``TransportError`` saying so, as rafrx
+            cannot take the login off a request without changing the session.
+            Give one without ``trust_env`` (a proxy as its ``proxy=``), or let
+            the client make its own with ``trust_env=True``.
         headers: More request headers; they win over the client's own, the API
             key's header included (a gateway's ``Authorization``).
         max_line_bytes: Longest SSE line accepted (past it: ``LimitExceeded``).
