@@ -202,8 +202,18 @@ def netrc_secrets(host: str | None) -> tuple[str, ...]:
     if entry is None or not entry[2]:
         return ()
     login, account, password = entry
-    url = URL.build(scheme="http", host=host or "", user=login or account, password=password)
-    return url_secrets(url)
+    return login_secrets(login or account or "", password)
+
+
+def login_secrets(login: str, password: str) -> tuple[str, ...]:
+    """The credentials of ``login`` and ``password`` in every form they are sent (see
+    :func:`url_secrets`): the password, and the Basic credentials made of both.
+
+    Example:
+        >>> login_secrets("svc", "pw")
+        ('pw', 'c3ZjOnB3')
+    """
+    return url_secrets(URL.build(scheme="http", host="host", user=login, password=password))
 
 
 def secret_forms(secrets: Iterable[str]) -> tuple[str, ...]:

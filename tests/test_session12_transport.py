@@ -1,6 +1,7 @@
 """Regression tests of session 12's transport fixes (helper B): a proxy's 407 for a
-plain-``http://`` target, and the API host's ``.netrc`` password kept out of errors and
-logs.
+plain-``http://`` target, the API host's ``.netrc`` password kept out of errors and
+logs, a given trust_env session's netrc login beside the key, and a given session's
+proxy credentials kept out of errors and logs.
 
 Each failed on the commit before its fix, for the reason its docstring gives (one saying
 "as before" guards what the fix keeps). Every HTTP
@@ -12,13 +13,15 @@ from __future__ import annotations
 import base64
 import logging
 import pathlib
-from collections.abc import AsyncIterator, Callable
+import warnings
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
 
 import aiohttp
 import pytest
 from aiohttp import web
 from reactivex import Observable
+from yarl import URL
 
 from rafrx import collect_agent_response, convert
 from rafrx.errors import HTTPStatusError, RafrxError, TransportError
@@ -274,3 +277,120 @@ async def test_a_given_trust_env_session_adding_a_netrc_login_beside_the_key_say
     added = "the given aiohttp session adds the .netrc login of 127.0.0.1 (trust_env=True)"
     assert f"{added}, which aiohttp refuses beside the Authorization header" in said
     assert NETRC_PASSWORD not in f"{said} {err!r}"
+
+
+# ------------------------------------------------------- 4. a given session's proxy credentials
+
+
+PROXY_BASIC = base64.b64encode(f"svc:{PROXY_PASSWORD}".encode()).decode()
+
+
+def proxy_page(kind: str) -> Callable[[web.Request], Awaitable[web.Response]]:
+    """A proxy failing to reach the API (502), its page (``kind``: ``text`` or ``json``,
+    as a gateway's) quoting the credentials it got: the header, and the decoded password."""
+
+    async def bad_gateway(request: web.Request) -> web.Response:
+        sent = request.headers.get("Proxy-Authorization", "")
+        login = base64.b64decode(sent.removeprefix("Basic ")).decode() if sent else "none"
+        said = f"upstream unreachable for Proxy-Authorization {sent!r} (user {login})"
+        if kind == "json":
+            return web.json_response({"error": {"message": said, "type": "proxy"}}, status=502)
+        return web.Response(status=502, text=said)
+
+    return bad_gateway
+
+
+@asynccontextmanager
+async def given_session_with_proxy_auth(proxy: str) -> AsyncIterator[OpenAIChatClient]:
+    """A given ``ClientSession(proxy=..., proxy_auth=BasicAuth(...))`` (both deprecated
+    in aiohttp 3.14, still sent), no environment."""
+    url = URL(proxy)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        auth = aiohttp.BasicAuth(url.user or "", url.password or "")
+        session = aiohttp.ClientSession(proxy=url.with_user(None), proxy_auth=auth)
+    async with (
+        session,
+        OpenAIChatClient(f"http://{API_HOST}/v1", KEY, timeouts=FAST, session=session) as client,
+    ):
+        yield client
+
+
+PROXIES = [own_session_from_env, given_session_with_proxy, given_session_with_proxy_auth]
+PROXY_IDS = ["trust_env", "given-session-proxy", "given-session-proxy_auth"]
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("kind", ["text", "json"])
+@pytest.mark.parametrize("make_client", PROXIES, ids=PROXY_IDS)
+async def test_a_given_sessions_proxy_credentials_never_reach_an_error(
+    no_task_leak: None,
+    clean_env: pathlib.Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    make_client: Callable[[str], AbstractAsyncContextManager[OpenAIChatClient]],
+    kind: str,
+) -> None:
+    """What the user does: gives the client an ``aiohttp.ClientSession(proxy=
+    "http://svc:pw@host:port")`` (or ``proxy_auth=BasicAuth("svc", "pw")``) and calls an
+    ``http://`` API through it; the proxy cannot reach the API and answers 502, its page
+    quoting the ``Proxy-Authorization`` it got and the decoded password (as a debugging
+    gateway does).
+
+    What happens: the ``HTTPStatusError``'s message (a text page's first line), body and
+    provider message hold the password and its Basic form: they reach logs and bug
+    reports. The same proxy from the environment (``trust_env``) is redacted; the given
+    session's was not, rafrx took proxy credentials from the environment only.
+
+    What should happen: the credentials a given session sends its proxy are among the
+    request's secrets, redacted in all their forms, as the environment proxy's are.
+    """
+    async with raw_server(proxy_page(kind)) as (root, seen):
+        proxy = root.replace("http://", f"http://svc:{PROXY_PASSWORD}@")
+        monkeypatch.setenv("HTTP_PROXY", proxy)  # (used by the trust_env client only)
+        with caplog.at_level(logging.DEBUG, logger="rafrx"):
+            async with make_client(proxy) as client:
+                _, err = await ask(client)
+    assert seen[0].headers["Proxy-Authorization"] == f"Basic {PROXY_BASIC}"  # (it went)
+    assert isinstance(err, HTTPStatusError)
+    assert err.status == 502
+    shown = f"{err} {err!r} {err.body} {err.provider_message}"
+    assert "upstream unreachable for Proxy-Authorization" in shown  # (the page is kept)
+    logged = " ".join(record.getMessage() for record in caplog.records)
+    assert PROXY_PASSWORD not in shown + logged
+    assert PROXY_BASIC not in shown + logged
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("make_client", PROXIES, ids=PROXY_IDS)
+async def test_a_given_sessions_proxy_credentials_never_reach_a_log(
+    no_task_leak: None,
+    clean_env: pathlib.Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    make_client: Callable[[str], AbstractAsyncContextManager[OpenAIChatClient]],
+) -> None:
+    """The same credentials echoed where rafrx logs what it got: an event stream the
+    proxy passes on with a ``Content-Type`` quoting them (decoded, with a warning)."""
+
+    async def echoing_content_type(request: web.Request) -> web.Response:
+        sent = request.headers.get("Proxy-Authorization", "")
+        login = base64.b64decode(sent.removeprefix("Basic ")).decode()
+        kind = f"text/plain; via={sent.removeprefix('Basic ')}; login={login}"
+        return web.Response(
+            body=render(Reply(text="ok"), "openai-chat"), headers={"Content-Type": kind}
+        )
+
+    async with raw_server(echoing_content_type) as (root, _):
+        proxy = root.replace("http://", f"http://svc:{PROXY_PASSWORD}@")
+        monkeypatch.setenv("HTTP_PROXY", proxy)
+        with caplog.at_level(logging.WARNING, logger="rafrx"):
+            async with make_client(proxy) as client:
+                response, err = await ask(client)
+    assert err is None
+    assert response is not None
+    assert response.text == "ok"
+    logged = " ".join(record.getMessage() for record in caplog.records)
+    assert "as Content-Type" in logged
+    assert PROXY_PASSWORD not in logged
+    assert PROXY_BASIC not in logged

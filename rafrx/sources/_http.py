@@ -74,7 +74,7 @@ from rafrx.sources._failures import (
 from rafrx.sources._idle import IdleTimer
 from rafrx.sources._policy import RetryPolicy, Timeouts, parse_retry_after, request_id
 from rafrx.sources._secrets import masked_url, redact, redact_cut, redact_error
-from rafrx.sources._sessions import SessionPool, has_authorization
+from rafrx.sources._sessions import SessionPool, has_authorization, session_proxy
 from rafrx.sources.dialects._common import is_retryable
 from rafrx.sse import (
     DEFAULT_MAX_EVENT_BYTES,
@@ -614,14 +614,12 @@ class _StreamCall:
         """``host:port`` of the proxy the request went to (the session's own, else
         the environment's when the client's sessions trust it), or ``None``."""
         session = self.session
-        # (a ClientSession(proxy=...)'s: aiohttp has no public accessor)
-        proxy: URL | str | None = getattr(session, "_default_proxy", None)
+        proxy = session_proxy(session)
         if proxy is None and session is not None and self.sessions.trust_env:
             with contextlib.suppress(LookupError):
                 proxy, _ = get_env_proxy_for_url(self.request.url)
         if proxy is None:
             return None
-        proxy = URL(proxy)
         return _host_and_port(proxy.host or "?", proxy.port)
 
     def _describe_connect_timeout(self) -> str:

@@ -44,13 +44,7 @@ import aiohttp
 from reactivex import Observable
 from yarl import URL
 
-from rafrx._redaction import (
-    is_secret_header,
-    netrc_secrets,
-    proxy_secrets,
-    secret_forms,
-    url_secrets,
-)
+from rafrx._redaction import is_secret_header, secret_forms, url_secrets
 from rafrx.messages import (
     CUSTOM_TOOL_CALL_REF,
     FUNCTION_CALL_REF,
@@ -73,7 +67,7 @@ from rafrx.messages import (
 from rafrx.sources._http import HTTPRequest, stream_updates
 from rafrx.sources._policy import RetryPolicy, Timeouts
 from rafrx.sources._secrets import masked_url
-from rafrx.sources._sessions import SessionPool, has_authorization, sends_netrc_login
+from rafrx.sources._sessions import SessionPool, has_authorization
 from rafrx.sources.dialects import DIALECTS, check_dialect_name
 from rafrx.sse import DEFAULT_MAX_EVENT_BYTES, DEFAULT_MAX_LINE_BYTES
 from rafrx.tools import Tool
@@ -414,7 +408,9 @@ class LLMClient(abc.ABC):
             each call then fails with a ``TransportError`` saying so, as rafrx
             cannot take the login off a request without changing the session.
             Give one without ``trust_env`` (a proxy as its ``proxy=``), or let
-            the client make its own with ``trust_env=True``.
+            the client make its own with ``trust_env=True``. The credentials it
+            sends its ``proxy=`` (in the proxy's URL, or ``proxy_auth=``) are
+            redacted as the API key is.
         headers: More request headers; they win over the client's own, the API
             key's header included (a gateway's ``Authorization``).
         max_line_bytes: Longest SSE line accepted (past it: ``LimitExceeded``).
@@ -556,8 +552,7 @@ class LLMClient(abc.ABC):
             headers.update(self._auth_headers(self._api_key.value))
             secrets = (*secrets, self._api_key.value)
         headers = _overridden(headers, self._extra_headers)
-        if self._sessions.trust_env:  # (what goes from the environment may come back)
-            secrets = (*secrets, *self._environment_secrets(headers))
+        secrets = (*secrets, *self._sessions.added_secrets(self.url, headers))
         request = HTTPRequest(
             self.url,
             payload,
@@ -568,15 +563,6 @@ class LLMClient(abc.ABC):
             max_event_bytes=self.max_event_bytes,
         )
         return stream_updates(request, self._sessions, self.timeouts, self.retry)
-
-    def _environment_secrets(self, headers: Mapping[str, str]) -> tuple[str, ...]:
-        """What a request with ``headers`` sends from the environment, with ``trust_env``:
-        the proxies' credentials, and the API host's ``.netrc`` login unless an
-        ``Authorization`` (or credentials in ``base_url``) wins over it."""
-        secrets = proxy_secrets()
-        if sends_netrc_login(self.url, headers):
-            secrets = (*secrets, *netrc_secrets(self.url.host))
-        return secrets
 
     async def aclose(self) -> None:
         """End the calls still running, then close the sessions this client created.
