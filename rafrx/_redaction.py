@@ -216,6 +216,43 @@ def login_secrets(login: str, password: str) -> tuple[str, ...]:
     return url_secrets(URL.build(scheme="http", host="host", user=login, password=password))
 
 
+def header_secrets(headers: Mapping[str, str]) -> tuple[str, ...]:
+    """The credentials among request headers (``api-key``, ``Authorization``,
+    ``cf-aig-authorization`` ...: see :func:`is_secret_header`): each value, its token
+    alone when it has a scheme (``Bearer <token>``), and a ``Basic`` one's login in its
+    forms (see :func:`login_secrets`): a server may echo the password decoded.
+
+    Example:
+        >>> header_secrets({"api-key": "k-123", "Authorization": "Bearer t-456", "X-Env": "p"})
+        ('k-123', 'Bearer t-456', 't-456')
+        >>> header_secrets({"Authorization": "Basic c3ZjOnB3"})
+        ('Basic c3ZjOnB3', 'c3ZjOnB3', 'pw')
+    """
+    secrets: list[str] = []
+    for name, value in headers.items():
+        if is_secret_header(name) and value:
+            scheme, _, token = value.strip().partition(" ")
+            secrets += [value, token.strip()]
+            if scheme.lower() == "basic":
+                secrets += _basic_login_secrets(token.strip())
+    return tuple(secret for secret in dict.fromkeys(secrets) if secret)
+
+
+def _basic_login_secrets(credentials: str) -> tuple[str, ...]:
+    """The login that ``Basic`` ``credentials`` (base64 of ``login:password``) hold, in
+    its forms (see :func:`login_secrets`); none if they are not base64 of such a pair."""
+    try:
+        decoded = base64.b64decode(credentials, validate=True)
+    except ValueError:  # (binascii.Error)
+        return ()
+    try:
+        pair = decoded.decode("utf-8")
+    except UnicodeDecodeError:  # (aiohttp's BasicAuth encodes latin-1 by default)
+        pair = decoded.decode("latin-1")
+    login, colon, password = pair.partition(":")
+    return login_secrets(login, password) if colon else ()
+
+
 def secret_forms(secrets: Iterable[str]) -> tuple[str, ...]:
     """Each of ``secrets`` in every form it may come back in: as given, without the
     whitespace around it (an HTTP server strips a header value's), and escaped in

@@ -394,3 +394,151 @@ async def test_a_given_sessions_proxy_credentials_never_reach_a_log(
     assert "as Content-Type" in logged
     assert PROXY_PASSWORD not in logged
     assert PROXY_BASIC not in logged
+
+
+# ------------------------------------------- 5. a given session's auth= and default headers
+
+
+SESSION_SECRET = "s3ss10n-S3cret-pw"
+SESSION_BASIC = base64.b64encode(f"svc:{SESSION_SECRET}".encode()).decode()
+# What a given session sends with every request: its auth=, or a credential header.
+SESSION_CREDENTIALS = {
+    "auth": {},  # (auth=BasicAuth("svc", SESSION_SECRET): see session_with)
+    "api-key": {"api-key": SESSION_SECRET},  # (Azure's)
+    "x-api-key": {"x-api-key": SESSION_SECRET},
+    "basic": {"Authorization": f"Basic {SESSION_BASIC}"},
+    "bearer": {"Authorization": f"Bearer {SESSION_SECRET}"},
+}
+TITLE = "my-app-title"  # (a session header that is no credential: shown as it is)
+
+
+def quoted_headers(request: web.Request) -> str:
+    """What a debugging server quotes of the headers it got: each one, its token alone
+    (the part after a scheme), and a Basic login decoded."""
+    quoted = []
+    for name, value in request.headers.items():
+        scheme, _, token = value.partition(" ")
+        quoted.append(f"{name}={value!r} (token {token})")
+        if scheme == "Basic":
+            quoted.append(f"login {base64.b64decode(token).decode()}")
+    return "; ".join(quoted)
+
+
+def headers_page(kind: str) -> Callable[[web.Request], Awaitable[web.Response]]:
+    """A server refusing the call (``kind``: a JSON 401, or a text 500), its page quoting
+    the headers it got."""
+
+    async def refuse(request: web.Request) -> web.Response:
+        said = f"refused: {quoted_headers(request)}"
+        if kind == "json":
+            return web.json_response({"error": {"message": said, "type": "auth"}}, status=401)
+        return web.Response(status=500, text=said)
+
+    return refuse
+
+
+def session_with(credentials: str) -> aiohttp.ClientSession:
+    """A session sending ``credentials`` (a key of :data:`SESSION_CREDENTIALS`: its
+    default headers, or ``auth=``) and a title header with every request."""
+    headers = {"X-Title": TITLE, **SESSION_CREDENTIALS[credentials]}
+    if credentials != "auth":
+        return aiohttp.ClientSession(headers=headers)
+    with warnings.catch_warnings():  # (both deprecated in aiohttp 3.14, still sent)
+        warnings.simplefilter("ignore", DeprecationWarning)
+        auth = aiohttp.BasicAuth("svc", SESSION_SECRET)
+        return aiohttp.ClientSession(headers=headers, auth=auth)
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("kind", ["json", "text"])
+@pytest.mark.parametrize("credentials", list(SESSION_CREDENTIALS))
+async def test_a_given_sessions_auth_and_default_headers_never_reach_an_error(
+    no_task_leak: None,
+    clean_env: pathlib.Path,
+    caplog: pytest.LogCaptureFixture,
+    credentials: str,
+    kind: str,
+) -> None:
+    """What the user does: gives the client (no ``api_key``) an ``aiohttp.ClientSession``
+    that sends the credentials with every request: ``auth=BasicAuth(...)``, or default
+    ``headers=`` with ``api-key`` (as for Azure), ``x-api-key`` or an ``Authorization``
+    (Basic or Bearer). The server refuses the call, its page quoting the headers it got
+    (and a Basic login decoded), as a debugging gateway does.
+
+    What happens: the ``HTTPStatusError``'s message, repr, body and provider message hold
+    the credential (the catch-all patterns see a ``Bearer`` token only beside its
+    scheme): they reach logs and bug reports. The same headers given as the client's
+    ``headers=`` are redacted; the session's were not among the request's secrets.
+
+    What should happen: what a given session sends with every request is among the
+    request's secrets, by the rule for the client's ``headers=``, and its ``auth=`` in
+    every form of a login; a header that is no credential stays as it is.
+    """
+    async with raw_server(headers_page(kind)) as (root, seen):
+        with caplog.at_level(logging.DEBUG, logger="rafrx"):
+            async with (
+                session_with(credentials) as session,
+                OpenAIChatClient(root + "/v1", timeouts=FAST, session=session) as client,
+            ):
+                _, err = await ask(client)
+    sent = seen[0].headers
+    assert SESSION_SECRET in f"{sent} {base64.b64decode(SESSION_BASIC)!r}"  # (it went)
+    assert isinstance(err, HTTPStatusError)
+    shown = f"{err} {err!r} {err.body} {err.provider_message}"
+    assert f"x-title='{TITLE}'" in shown.lower()  # (the page is kept, the title as it is)
+    logged = " ".join(record.getMessage() for record in caplog.records)
+    assert SESSION_SECRET not in shown + logged
+    assert SESSION_BASIC not in shown + logged
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("credentials", list(SESSION_CREDENTIALS))
+async def test_a_given_sessions_auth_and_default_headers_never_reach_a_log(
+    no_task_leak: None,
+    clean_env: pathlib.Path,
+    caplog: pytest.LogCaptureFixture,
+    credentials: str,
+) -> None:
+    """The same credentials echoed where rafrx logs what the server said: an event
+    stream sent with a ``Content-Type`` quoting them (decoded, with a warning)."""
+
+    async def echoing_content_type(request: web.Request) -> web.Response:
+        kind = f"text/plain; got={quoted_headers(request)}"
+        return web.Response(
+            body=render(Reply(text="ok"), "openai-chat"), headers={"Content-Type": kind}
+        )
+
+    with caplog.at_level(logging.WARNING, logger="rafrx"):
+        async with (
+            raw_server(echoing_content_type) as (root, _),
+            session_with(credentials) as session,
+            OpenAIChatClient(root + "/v1", timeouts=FAST, session=session) as client,
+        ):
+            response, err = await ask(client)
+    assert err is None
+    assert response is not None
+    assert response.text == "ok"
+    logged = " ".join(record.getMessage() for record in caplog.records)
+    assert "as Content-Type" in logged
+    assert SESSION_SECRET not in logged
+    assert SESSION_BASIC not in logged
+
+
+@pytest.mark.asyncio
+async def test_a_basic_authorization_in_the_clients_headers_is_redacted_decoded_too(
+    no_task_leak: None, clean_env: pathlib.Path
+) -> None:
+    """The rule the session's headers now share with the client's ``headers=``: an
+    ``Authorization: Basic`` there was redacted as sent (base64), but a server quoting
+    the login decoded put its password into the error. It is a login: every form of
+    it is redacted."""
+    headers = {"Authorization": f"Basic {SESSION_BASIC}"}
+    async with (
+        raw_server(headers_page("json")) as (root, _),
+        OpenAIChatClient(root + "/v1", timeouts=FAST, headers=headers) as client,
+    ):
+        _, err = await ask(client)
+    assert isinstance(err, HTTPStatusError)
+    shown = f"{err} {err!r} {err.body} {err.provider_message}"
+    assert "login svc:***" in shown
+    assert SESSION_SECRET not in shown

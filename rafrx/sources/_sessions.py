@@ -11,7 +11,13 @@ import aiohttp
 from aiohttp.helpers import basicauth_from_netrc, get_env_proxy_for_url, netrc_from_env
 from yarl import URL
 
-from rafrx._redaction import login_secrets, netrc_secrets, proxy_secrets, url_secrets
+from rafrx._redaction import (
+    header_secrets,
+    login_secrets,
+    netrc_secrets,
+    proxy_secrets,
+    url_secrets,
+)
 
 if TYPE_CHECKING:
     from rafrx.sources._http import _StreamCall
@@ -61,10 +67,10 @@ class SessionPool:
     def added_secrets(self, url: URL, headers: Mapping[str, str]) -> tuple[str, ...]:
         """The credentials a request to ``url`` with ``headers`` goes with beside its
         own, which an error page (a proxy's, a gateway's) may echo: those a given
-        session sends its ``proxy=`` (see :func:`_given_proxy_secrets`); with
-        ``trust_env``, the environment proxies' and the API host's ``.netrc`` login,
-        unless an ``Authorization`` (or credentials in ``url``) wins over it."""
-        secrets = _given_proxy_secrets(self._given) if self._given is not None else ()
+        session sends (see :func:`_given_session_secrets`); with ``trust_env``, the
+        environment proxies' and the API host's ``.netrc`` login, unless an
+        ``Authorization`` (or credentials in ``url``) wins over it."""
+        secrets = _given_session_secrets(self._given) if self._given is not None else ()
         if self.trust_env:
             secrets = (*secrets, *proxy_secrets())
             if sends_netrc_login(url, headers):
@@ -172,6 +178,16 @@ def session_proxy(session: aiohttp.ClientSession | None) -> URL | None:
     with contextlib.suppress(ValueError):  # (not a URL: aiohttp refuses it when sending)
         return None if proxy is None else URL(proxy)
     return None
+
+
+def _given_session_secrets(session: aiohttp.ClientSession) -> tuple[str, ...]:
+    """The credentials a given ``session`` sends with every request: its default
+    ``headers=``' (those of credential headers, as the client's ``headers=``: see
+    :func:`~rafrx._redaction.header_secrets`), its ``auth=`` login, and those it sends
+    its ``proxy=`` (see :func:`_given_proxy_secrets`)."""
+    auth = session.auth
+    login = login_secrets(auth.login, auth.password) if auth is not None else ()
+    return (*header_secrets(session.headers), *login, *_given_proxy_secrets(session))
 
 
 def _given_proxy_secrets(session: aiohttp.ClientSession) -> tuple[str, ...]:

@@ -44,7 +44,7 @@ import aiohttp
 from reactivex import Observable
 from yarl import URL
 
-from rafrx._redaction import is_secret_header, secret_forms, url_secrets
+from rafrx._redaction import header_secrets, secret_forms, url_secrets
 from rafrx.messages import (
     CUSTOM_TOOL_CALL_REF,
     FUNCTION_CALL_REF,
@@ -409,8 +409,10 @@ class LLMClient(abc.ABC):
             cannot take the login off a request without changing the session.
             Give one without ``trust_env`` (a proxy as its ``proxy=``), or let
             the client make its own with ``trust_env=True``. The credentials it
-            sends its ``proxy=`` (in the proxy's URL, or ``proxy_auth=``) are
-            redacted as the API key is.
+            sends with every request are redacted as the API key is: its ``auth=``,
+            the values of its default ``headers=`` that are credentials (as
+            those of ``headers``), and what it sends its ``proxy=`` (in the
+            proxy's URL, or ``proxy_auth=``).
         headers: More request headers; they win over the client's own, the API
             key's header included (a gateway's ``Authorization``).
         max_line_bytes: Longest SSE line accepted (past it: ``LimitExceeded``).
@@ -547,7 +549,7 @@ class LLMClient(abc.ABC):
             "User-Agent": _user_agent(),
             **self._protocol_headers(),
         }
-        secrets = (*url_secrets(self.url), *_header_secrets(self._extra_headers))
+        secrets = (*url_secrets(self.url), *header_secrets(self._extra_headers))
         if self._api_key is not None:
             headers.update(self._auth_headers(self._api_key.value))
             secrets = (*secrets, self._api_key.value)
@@ -615,22 +617,6 @@ def _check_dialect(client: LLMClient) -> None:
             f"dialect = 'openai-chat' (a name of rafrx.sources.dialects.DIALECTS: {known}; "
             f"or a dialect factory), the format of its server's stream"
         )
-
-
-def _header_secrets(headers: Mapping[str, str]) -> tuple[str, ...]:
-    """The credentials among user-given headers (``api-key``, ``Authorization``,
-    ``cf-aig-authorization`` ...: see :func:`~rafrx._redaction.is_secret_header`):
-    each value, and its token alone when it has a scheme (``Bearer <token>``).
-
-    Example:
-        >>> _header_secrets({"api-key": "k-123", "Authorization": "Bearer t-456", "X-Env": "p"})
-        ('k-123', 'Bearer t-456', 't-456')
-    """
-    secrets: list[str] = []
-    for name, value in headers.items():
-        if is_secret_header(name) and value:
-            secrets += [value, value.strip().partition(" ")[2].strip()]
-    return tuple(secret for secret in dict.fromkeys(secrets) if secret)
 
 
 def _shown_url(base_url: str) -> str:
