@@ -1,7 +1,8 @@
 """Regression tests of session 12's transport fixes (helper B): a proxy's 407 for a
 plain-``http://`` target, the API host's ``.netrc`` password kept out of errors and
-logs, a given trust_env session's netrc login beside the key, and a given session's
-proxy credentials kept out of errors and logs.
+logs, a given trust_env session's netrc login beside the key, a given session's
+proxy credentials, auth= and default headers kept out of errors and logs, and transport
+settings (proxy= …) refused as body fields.
 
 Each failed on the commit before its fix, for the reason its docstring gives (one saying
 "as before" guards what the fix keeps). Every HTTP
@@ -26,10 +27,16 @@ from yarl import URL
 from rafrx import collect_agent_response, convert
 from rafrx.errors import HTTPStatusError, RafrxError, TransportError
 from rafrx.recorder import record
-from rafrx.sources.clients import OpenAIChatClient, Timeouts
+from rafrx.sources.clients import (
+    AnthropicClient,
+    LLMClient,
+    OpenAIChatClient,
+    OpenAIResponsesClient,
+    Timeouts,
+)
 from rafrx.testing import Reply, render
 from rafrx.updates import AgentResponseUpdate
-from tests.sources._raw_server import KEY, USER, ask, raw_server
+from tests.sources._raw_server import KEY, USER, ask, raw_server, sse
 
 FAST = Timeouts(connect=2.0, first_byte=5.0, idle=5.0)
 API_HOST = "api.example.invalid"  # (reached through the proxy only: it never resolves)
@@ -542,3 +549,107 @@ async def test_a_basic_authorization_in_the_clients_headers_is_redacted_decoded_
     shown = f"{err} {err!r} {err.body} {err.provider_message}"
     assert "login svc:***" in shown
     assert SESSION_SECRET not in shown
+
+
+# ------------------------------------------------- 6. transport settings given as body fields
+
+
+CLIENTS: list[type[LLMClient]] = [OpenAIChatClient, AnthropicClient, OpenAIResponsesClient]
+PROXY_URL = f"http://svc:{PROXY_PASSWORD}@proxy.example.invalid:3128"
+# Each transport setting a user of httpx, requests, aiohttp or openai-python gives this
+# way, as they would give it (credentials in it where it holds any), and what the error
+# says to use instead.
+TRANSPORT_SETTINGS = {
+    "proxy": (PROXY_URL, "aiohttp.ClientSession(proxy="),
+    "proxies": ({"https://": PROXY_URL}, "aiohttp.ClientSession(proxy="),
+    "proxy_auth": (("svc", PROXY_PASSWORD), "the credentials in the proxy's URL"),
+    "auth": (("svc", PROXY_PASSWORD), "api_key=, or headers="),
+    "http_client": (object(), "session= (an aiohttp.ClientSession)"),
+    "verify": (False, "aiohttp.TCPConnector(ssl="),
+    "ssl": (False, "aiohttp.TCPConnector(ssl="),
+    "default_headers": ({"x-api-key": PROXY_PASSWORD}, "headers="),
+    "default_query": ({"api-key": PROXY_PASSWORD}, "the query in base_url"),
+}
+
+
+@pytest.mark.parametrize("name", list(TRANSPORT_SETTINGS))
+@pytest.mark.parametrize("client_class", CLIENTS, ids=lambda c: c.__name__)
+def test_a_transport_setting_given_as_a_body_field_is_refused_at_construction(
+    client_class: type[LLMClient], name: str
+) -> None:
+    """What the user does, coming from httpx or openai-python:
+    ``OpenAIChatClient(url, proxy="http://svc:pw@proxy:3128")`` (or ``verify=False``,
+    ``http_client=``, ``default_headers=`` …).
+
+    What happens: the client takes it as one more body field (``**params``) and sends
+    it to the API in every request's body, the proxy's credentials (or the headers'
+    key) with it; the request goes direct, not through the proxy; the setting does
+    nothing (a lenient server ignores it) or the API answers 400.
+
+    What should happen: a ``TypeError`` at once, naming the setting and what to use
+    instead (a session with ``proxy=``, ``trust_env=True`` …), never what it holds.
+    """
+    value, instead = TRANSPORT_SETTINGS[name]
+    with pytest.raises(TypeError) as refused:
+        client_class("http://127.0.0.1:1", KEY, **{name: value})
+    said = str(refused.value)
+    assert said.startswith(f"{client_class.__name__}() got {name}=, a transport setting")
+    assert instead in said
+    assert PROXY_PASSWORD not in f"{said} {refused.value!r}"
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("name", list(TRANSPORT_SETTINGS))
+@pytest.mark.parametrize("client_class", CLIENTS, ids=lambda c: c.__name__)
+async def test_a_transport_setting_given_to_a_call_is_refused_before_anything_is_sent(
+    no_task_leak: None, client_class: type[LLMClient], name: str
+) -> None:
+    """The same setting given to one call, ``client.stream(messages, proxy=...)``: it
+    went in that request's body; now a ``TypeError`` from ``stream()``, nothing sent."""
+    value, instead = TRANSPORT_SETTINGS[name]
+    async with raw_server(sse()) as (root, seen), client_class(root, KEY) as client:
+        with pytest.raises(TypeError) as refused:
+            client.stream(USER, **{name: value})
+    assert seen == []
+    said = str(refused.value)
+    assert said.startswith(f"{client_class.__name__}.stream() got {name}=")
+    assert instead in said
+    assert PROXY_PASSWORD not in f"{said} {refused.value!r}"
+
+
+DIALECT_OF = {
+    OpenAIChatClient: "openai-chat",
+    AnthropicClient: "anthropic",
+    OpenAIResponsesClient: "openai-responses",
+}
+# Body fields that pass as before: common ones, a provider's extras, and those a
+# gateway reads (LiteLLM's timeout and api_base), named like transport settings.
+BODY_FIELDS = {
+    "temperature": 0.2,
+    "top_p": 0.9,
+    "metadata": {"user_id": "u-1"},
+    "reasoning_effort": "low",
+    "thinking": {"type": "enabled", "budget_tokens": 1024},
+    "timeout": 30,
+    "api_base": "https://gateway.example/v1",
+}
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("client_class", CLIENTS, ids=lambda c: c.__name__)
+async def test_ordinary_body_fields_still_go_in_the_body(
+    no_task_leak: None, client_class: type[LLMClient]
+) -> None:
+    """As before: the client's and the call's other keywords are body fields."""
+    handler = sse("ok", DIALECT_OF[client_class])
+    async with (
+        raw_server(handler) as (root, seen),
+        client_class(root, KEY, **BODY_FIELDS) as client,
+    ):
+        response, err = await ask(client, max_output_tokens=64, store=False)
+    assert err is None
+    assert response is not None
+    assert response.text == "ok"
+    body = seen[0].body
+    assert {name: body[name] for name in BODY_FIELDS} == BODY_FIELDS
+    assert (body["max_output_tokens"], body["store"]) == (64, False)

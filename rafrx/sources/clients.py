@@ -428,6 +428,11 @@ class LLMClient(abc.ABC):
         **params: More body fields (``temperature``, ``reasoning_effort`` …).
             ``tools`` given here are offered in every call, after the call's own
             (a provider's server tool such as Anthropic's ``web_search_20250305``).
+            A transport setting other HTTP clients take as a keyword (``proxy``,
+            ``verify``, ``http_client`` …: see :data:`TRANSPORT_SETTINGS`) is a
+            ``TypeError`` saying what to use instead: no provider takes it as a
+            body field, where it would do nothing but hand the API what it
+            holds (a proxy's password).
     """
 
     dialect: ClassVar[str]
@@ -453,6 +458,7 @@ class LLMClient(abc.ABC):
         **params: Any,
     ) -> None:
         _check_dialect(self)
+        _check_body_fields(params, f"{type(self).__name__}()")
         self.base_url = base_url
         self.max_line_bytes = max_line_bytes
         self.max_event_bytes = max_event_bytes
@@ -529,13 +535,15 @@ class LLMClient(abc.ABC):
 
         Raises:
             TypeError: ``messages`` are not ChatMessages (an OpenAI dict, say:
-                ``ChatMessage.from_openai`` reads one), or a tool is neither a
-                :class:`~rafrx.tools.Tool` nor a mapping.
+                ``ChatMessage.from_openai`` reads one), a tool is neither a
+                :class:`~rafrx.tools.Tool` nor a mapping, or ``params`` hold a
+                transport setting (see :data:`TRANSPORT_SETTINGS`).
             ValueError: The class's ``dialect`` is a name not in
                 :data:`~rafrx.sources.dialects.DIALECTS`.
         """
         if isinstance(self.dialect, str):  # (before anything is sent)
             check_dialect_name(self.dialect)
+        _check_body_fields(params, f"{type(self).__name__}.stream()")
         conversation = checked_messages(messages, "a client's messages are ChatMessages")
         fields = dict(self.params)
         offered = [*_checked_tools(tools), *(fields.pop("tools", None) or ())]  # (the client's)
@@ -617,6 +625,55 @@ def _check_dialect(client: LLMClient) -> None:
             f"dialect = 'openai-chat' (a name of rafrx.sources.dialects.DIALECTS: {known}; "
             f"or a dialect factory), the format of its server's stream"
         )
+
+
+_USE_A_PROXY: Final = (
+    "a session=aiohttp.ClientSession(proxy='http://user:password@host:port'), "
+    "or trust_env=True for the environment's HTTPS_PROXY"
+)
+_USE_TLS: Final = "a session=aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=...))"
+
+#: The transport settings other HTTP clients (httpx, requests, aiohttp, openai-python,
+#: anthropic) take as keywords, which no provider takes as a request body field: given
+#: to a client as ``**params`` they are a ``TypeError`` (see :func:`_check_body_fields`),
+#: each with what to use instead. (``timeout`` is not among them: gateways such as
+#: LiteLLM's take it in the body; the client's own are its ``timeouts=``.)
+TRANSPORT_SETTINGS: Final = {
+    "proxy": _USE_A_PROXY,
+    "proxies": _USE_A_PROXY,
+    "proxy_auth": "the credentials in the proxy's URL: " + _USE_A_PROXY,
+    "auth": "api_key=, or headers={'Authorization': ...}",
+    "http_client": "session= (an aiohttp.ClientSession)",
+    "verify": _USE_TLS,
+    "ssl": _USE_TLS,
+    "default_headers": "headers=",
+    "default_query": "the query in base_url ('https://host/v1?api-version=...')",
+}
+
+
+def _check_body_fields(params: Mapping[str, Any], given_to: str) -> None:
+    """Refuse a transport setting (see :data:`TRANSPORT_SETTINGS`) among ``params``,
+    the body fields ``given_to`` (``"OpenAIChatClient()"``, ``"….stream()"``) got, with
+    a ``TypeError`` saying what to use instead, and never the value (a proxy's URL
+    holds its password).
+
+    Example:
+        >>> _check_body_fields({"temperature": 0.2, "max_tokens": 50}, "C()")
+        >>> try:
+        ...     _check_body_fields({"proxy": "http://u:pw@p:1"}, "C()")
+        ... except TypeError as refused:
+        ...     print(str(refused).replace(": ", ":\\n").replace(", or", ",\\nor"))
+        C() got proxy=, a transport setting, not a request body field (its other keywords go to the API in the request body):
+        give a session=aiohttp.ClientSession(proxy='http://user:password@host:port'),
+        or trust_env=True for the environment's HTTPS_PROXY
+    """  # noqa: E501
+    for name in params:
+        instead = TRANSPORT_SETTINGS.get(name)
+        if instead is not None:
+            raise TypeError(
+                f"{given_to} got {name}=, a transport setting, not a request body field "
+                f"(its other keywords go to the API in the request body): give {instead}"
+            )
 
 
 def _shown_url(base_url: str) -> str:
