@@ -181,13 +181,14 @@ def proxy_secrets(proxies: Mapping[str, str] | None = None) -> tuple[str, ...]:
     for scheme, proxy in given.items():
         if scheme != "no":  # (NO_PROXY: host names, no URL)
             with contextlib.suppress(ValueError):
-                forms += url_secrets(proxy) or _netrc_secrets(URL(proxy).host)
+                forms += url_secrets(proxy) or netrc_secrets(URL(proxy).host)
     return tuple(dict.fromkeys(forms))
 
 
-def _netrc_secrets(host: str | None) -> tuple[str, ...]:
+def netrc_secrets(host: str | None) -> tuple[str, ...]:
     """The credentials the netrc file (``$NETRC``, else ``~/.netrc``) holds for
-    ``host``: what aiohttp sends a proxy whose URL has none, with ``trust_env``.
+    ``host``: what aiohttp sends, with ``trust_env``, a proxy whose URL has none,
+    and the API host when no ``Authorization`` is given.
 
     Its password, and the Basic credentials made of the login and it; an entry
     without a password holds none (a login is no secret: a name like ``api``
@@ -201,8 +202,55 @@ def _netrc_secrets(host: str | None) -> tuple[str, ...]:
     if entry is None or not entry[2]:
         return ()
     login, account, password = entry
-    url = URL.build(scheme="http", host=host or "", user=login or account, password=password)
-    return url_secrets(url)
+    return login_secrets(login or account or "", password)
+
+
+def login_secrets(login: str, password: str) -> tuple[str, ...]:
+    """The credentials of ``login`` and ``password`` in every form they are sent (see
+    :func:`url_secrets`): the password, and the Basic credentials made of both.
+
+    Example:
+        >>> login_secrets("svc", "pw")
+        ('pw', 'c3ZjOnB3')
+    """
+    return url_secrets(URL.build(scheme="http", host="host", user=login, password=password))
+
+
+def header_secrets(headers: Mapping[str, str]) -> tuple[str, ...]:
+    """The credentials among request headers (``api-key``, ``Authorization``,
+    ``cf-aig-authorization`` ...: see :func:`is_secret_header`): each value, its token
+    alone when it has a scheme (``Bearer <token>``), and a ``Basic`` one's login in its
+    forms (see :func:`login_secrets`): a server may echo the password decoded.
+
+    Example:
+        >>> header_secrets({"api-key": "k-123", "Authorization": "Bearer t-456", "X-Env": "p"})
+        ('k-123', 'Bearer t-456', 't-456')
+        >>> header_secrets({"Authorization": "Basic c3ZjOnB3"})
+        ('Basic c3ZjOnB3', 'c3ZjOnB3', 'pw')
+    """
+    secrets: list[str] = []
+    for name, value in headers.items():
+        if is_secret_header(name) and value:
+            scheme, _, token = value.strip().partition(" ")
+            secrets += [value, token.strip()]
+            if scheme.lower() == "basic":
+                secrets += _basic_login_secrets(token.strip())
+    return tuple(secret for secret in dict.fromkeys(secrets) if secret)
+
+
+def _basic_login_secrets(credentials: str) -> tuple[str, ...]:
+    """The login that ``Basic`` ``credentials`` (base64 of ``login:password``) hold, in
+    its forms (see :func:`login_secrets`); none if they are not base64 of such a pair."""
+    try:
+        decoded = base64.b64decode(credentials, validate=True)
+    except ValueError:  # (binascii.Error)
+        return ()
+    try:
+        pair = decoded.decode("utf-8")
+    except UnicodeDecodeError:  # (aiohttp's BasicAuth encodes latin-1 by default)
+        pair = decoded.decode("latin-1")
+    login, colon, password = pair.partition(":")
+    return login_secrets(login, password) if colon else ()
 
 
 def secret_forms(secrets: Iterable[str]) -> tuple[str, ...]:

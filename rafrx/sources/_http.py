@@ -14,6 +14,7 @@ what happened                                 error
 status >= 400, or a redirect (not followed)   :class:`~rafrx.errors.HTTPStatusError`
 not ``text/event-stream``                     :class:`~rafrx.errors.ContentTypeError`
 refused, DNS, reset before the response       :class:`~rafrx.errors.TransportError`
+a proxy's 407, to CONNECT or to a request     :class:`~rafrx.errors.TransportError`
 no connection / headers in time               :class:`~rafrx.errors.ConnectTimeout`
 silence between chunks for ``idle`` seconds   :class:`~rafrx.errors.IdleTimeout`
 connection lost mid-body                      :class:`~rafrx.errors.StreamInterrupted`
@@ -73,7 +74,7 @@ from rafrx.sources._failures import (
 from rafrx.sources._idle import IdleTimer
 from rafrx.sources._policy import RetryPolicy, Timeouts, parse_retry_after, request_id
 from rafrx.sources._secrets import masked_url, redact, redact_cut, redact_error
-from rafrx.sources._sessions import SessionPool
+from rafrx.sources._sessions import SessionPool, has_authorization, session_proxy
 from rafrx.sources.dialects._common import is_retryable
 from rafrx.sse import (
     DEFAULT_MAX_EVENT_BYTES,
@@ -447,6 +448,8 @@ class _StreamCall:
         response = await self._send()
         self.response = response
         self.request_id = request_id(response.headers)
+        if response.status == 407 and (via := self._proxy()) is not None:
+            raise self._proxy_refused(via, "request", response.status, response.reason)
         if response.status >= 300:  # redirects are not followed (see stream_updates)
             raise await self._status_error(response)
         head = b""  # (read to see what a body that is said not to be an event stream is)
@@ -562,14 +565,7 @@ class _StreamCall:
             message = f"connection to {url} failed: {type(exc).__name__}: {exc}"
             return TransportError(redact(message, secrets))
         if isinstance(exc, aiohttp.ClientHttpProxyError):  # (the proxy's answer to CONNECT)
-            via = self._proxy()
-            named = f"the proxy {via}" if via else "the proxy"
-            message = f"{named} refused the tunnel to {url}: HTTP {exc.status} {exc.message}"
-            return TransportError(
-                redact(message, secrets),
-                status=exc.status,
-                retryable=is_retryable(None, None, exc.status),
-            )
+            return self._proxy_refused(self._proxy(), "tunnel", exc.status, exc.message)
         if isinstance(exc, aiohttp.ClientResponseError):  # not HTTP, a bad header
             # exc.message only: str(exc) and repr(exc) carry the full URL and the headers.
             message = f"invalid HTTP response from {url}: {type(exc).__name__}"
@@ -579,22 +575,51 @@ class _StreamCall:
             detail = type(exc).__name__
             if not isinstance(exc, UnicodeError):  # whose text quotes the URL's password
                 detail = f"{detail}: {exc}"
-            message = f"cannot send the request to {url}: {detail}"
+            message = f"cannot send the request to {url}: {detail}{self._added_credentials(exc)}"
             return TransportError(redact(message, secrets), retryable=False)
         return TransportError(redact(f"request to {url} failed: {type(exc).__name__}", secrets))
+
+    def _added_credentials(self, refusal: ValueError) -> str:
+        """Why aiohttp refused to send the request (``refusal``) when a given session with
+        ``trust_env`` adds the host's ``.netrc`` login beside the request's
+        ``Authorization``, and what to do; else ``""``. (rafrx cannot take the login off
+        a request without changing the user's session; the pool's own sessions add none.)"""
+        session, request = self.session, self.request
+        if session is None or not session.trust_env or "AUTHORIZATION" not in str(refusal):
+            return ""
+        if not has_authorization(request.headers):
+            return ""
+        return (
+            f" (the given aiohttp session adds the .netrc login of {request.url.host} "
+            "(trust_env=True), which aiohttp refuses beside the Authorization header of "
+            "api_key or headers=: give a session without trust_env (a proxy as its proxy=), "
+            "or drop that .netrc entry)"
+        )
+
+    def _proxy_refused(
+        self, via: str | None, what: str, status: int, reason: str | None
+    ) -> TransportError:
+        """The error of a proxy (``host:port``, if known) that answered ``status`` to the
+        ``what`` (``tunnel``: its ``CONNECT``; ``request``: a plain-HTTP request it
+        answers itself), without its page: it may quote the credentials it was sent."""
+        named = f"the proxy {via}" if via else "the proxy"
+        message = f"{named} refused the {what} to {self.request.safe_url}: HTTP {status}"
+        return TransportError(
+            redact(f"{message} {reason}" if reason else message, self.request.secrets),
+            status=status,
+            retryable=is_retryable(None, None, status),
+        )
 
     def _proxy(self) -> str | None:
         """``host:port`` of the proxy the request went to (the session's own, else
         the environment's when the client's sessions trust it), or ``None``."""
         session = self.session
-        # (a ClientSession(proxy=...)'s: aiohttp has no public accessor)
-        proxy: URL | str | None = getattr(session, "_default_proxy", None)
+        proxy = session_proxy(session)
         if proxy is None and session is not None and self.sessions.trust_env:
             with contextlib.suppress(LookupError):
                 proxy, _ = get_env_proxy_for_url(self.request.url)
         if proxy is None:
             return None
-        proxy = URL(proxy)
         return _host_and_port(proxy.host or "?", proxy.port)
 
     def _describe_connect_timeout(self) -> str:

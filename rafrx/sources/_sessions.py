@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncGenerator, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -10,10 +11,18 @@ import aiohttp
 from aiohttp.helpers import basicauth_from_netrc, get_env_proxy_for_url, netrc_from_env
 from yarl import URL
 
+from rafrx._redaction import (
+    header_secrets,
+    login_secrets,
+    netrc_secrets,
+    proxy_secrets,
+    url_secrets,
+)
+
 if TYPE_CHECKING:
     from rafrx.sources._http import _StreamCall
 
-__all__ = ["SessionPool", "has_authorization"]
+__all__ = ["SessionPool", "has_authorization", "sends_netrc_login", "session_proxy"]
 
 
 async def _keep_open(session: aiohttp.ClientSession) -> AsyncGenerator[None, None]:
@@ -54,6 +63,19 @@ class SessionPool:
         """Whether requests go through the environment's proxies (``HTTPS_PROXY`` …):
         the given session's setting, else the pool's."""
         return self._given.trust_env if self._given is not None else self._trust_env
+
+    def added_secrets(self, url: URL, headers: Mapping[str, str]) -> tuple[str, ...]:
+        """The credentials a request to ``url`` with ``headers`` goes with beside its
+        own, which an error page (a proxy's, a gateway's) may echo: those a given
+        session sends (see :func:`_given_session_secrets`); with ``trust_env``, the
+        environment proxies' and the API host's ``.netrc`` login, unless an
+        ``Authorization`` (or credentials in ``url``) wins over it."""
+        secrets = _given_session_secrets(self._given) if self._given is not None else ()
+        if self.trust_env:
+            secrets = (*secrets, *proxy_secrets())
+            if sends_netrc_login(url, headers):
+                secrets = (*secrets, *netrc_secrets(url.host))
+        return secrets
 
     async def from_environment(
         self, url: URL, headers: Mapping[str, str]
@@ -129,17 +151,55 @@ def _environment_for(url: URL, headers: Mapping[str, str]) -> tuple[URL | None, 
     of ``url``'s host as Basic ``Authorization`` unless they hold one or ``url``
     has credentials of its own (which aiohttp sends)."""
     headers = dict(headers)
-    has_credentials = url.raw_user is not None or url.raw_password is not None
-    if not has_credentials and not has_authorization(headers):
+    if sends_netrc_login(url, headers):
         login = _netrc_login(url.host)
         if login is not None:
             headers["Authorization"] = login
     return _env_proxy(url), headers
 
 
+def sends_netrc_login(url: URL, headers: Mapping[str, str]) -> bool:
+    """Whether a request to ``url`` with ``headers`` goes, with ``trust_env``, with
+    its host's ``.netrc`` login (if it has one): neither ``url`` has credentials
+    nor ``headers`` an ``Authorization``."""
+    has_credentials = url.raw_user is not None or url.raw_password is not None
+    return not has_credentials and not has_authorization(headers)
+
+
 def has_authorization(headers: Mapping[str, str]) -> bool:
     """Whether ``headers`` hold an ``Authorization`` (in any case)."""
     return any(name.lower() == "authorization" for name in headers)
+
+
+def session_proxy(session: aiohttp.ClientSession | None) -> URL | None:
+    """The proxy a ``ClientSession(proxy=...)`` sends every request through (aiohttp has
+    no public accessor), or ``None``."""
+    proxy: URL | str | None = getattr(session, "_default_proxy", None)
+    with contextlib.suppress(ValueError):  # (not a URL: aiohttp refuses it when sending)
+        return None if proxy is None else URL(proxy)
+    return None
+
+
+def _given_session_secrets(session: aiohttp.ClientSession) -> tuple[str, ...]:
+    """The credentials a given ``session`` sends with every request: its default
+    ``headers=``' (those of credential headers, as the client's ``headers=``: see
+    :func:`~rafrx._redaction.header_secrets`), its ``auth=`` login, and those it sends
+    its ``proxy=`` (see :func:`_given_proxy_secrets`)."""
+    auth = session.auth
+    login = login_secrets(auth.login, auth.password) if auth is not None else ()
+    return (*header_secrets(session.headers), *login, *_given_proxy_secrets(session))
+
+
+def _given_proxy_secrets(session: aiohttp.ClientSession) -> tuple[str, ...]:
+    """The credentials a given ``session`` sends its ``proxy=`` as ``Proxy-Authorization``:
+    those in the proxy's URL, or its ``proxy_auth=``."""
+    proxy = session_proxy(session)
+    if proxy is None:  # (no proxy: no proxy_auth sent)
+        return ()
+    auth = getattr(session, "_default_proxy_auth", None)
+    if isinstance(auth, aiohttp.BasicAuth):
+        return (*url_secrets(proxy), *login_secrets(auth.login, auth.password))
+    return url_secrets(proxy)
 
 
 def _netrc_login(host: str | None) -> str | None:

@@ -44,7 +44,7 @@ import aiohttp
 from reactivex import Observable
 from yarl import URL
 
-from rafrx._redaction import is_secret_header, proxy_secrets, secret_forms, url_secrets
+from rafrx._redaction import header_secrets, secret_forms, url_secrets
 from rafrx.messages import (
     CUSTOM_TOOL_CALL_REF,
     FUNCTION_CALL_REF,
@@ -401,7 +401,18 @@ class LLMClient(abc.ABC):
         session: An ``aiohttp.ClientSession`` to use (never closed by the
             client: call :meth:`aclose` before closing it, as aiohttp leaves a
             stream reading from a closed session waiting until the idle
-            timeout); by default the client makes one per event loop.
+            timeout); by default the client makes one per event loop. It is
+            used as it is: one with ``trust_env=True`` adds the API host's
+            ``.netrc`` login itself, which aiohttp refuses beside an
+            ``Authorization`` header (the API key's, or one in ``headers``):
+            each call then fails with a ``TransportError`` saying so, as rafrx
+            cannot take the login off a request without changing the session.
+            Give one without ``trust_env`` (a proxy as its ``proxy=``), or let
+            the client make its own with ``trust_env=True``. The credentials it
+            sends with every request are redacted as the API key is: its ``auth=``,
+            the values of its default ``headers=`` that are credentials (as
+            those of ``headers``), and what it sends its ``proxy=`` (in the
+            proxy's URL, or ``proxy_auth=``).
         headers: More request headers; they win over the client's own, the API
             key's header included (a gateway's ``Authorization``).
         max_line_bytes: Longest SSE line accepted (past it: ``LimitExceeded``).
@@ -411,11 +422,17 @@ class LLMClient(abc.ABC):
             environment. Off by default, as in aiohttp: a proxy set for the
             internet would otherwise also carry requests to local servers. The
             API host's ``.netrc`` login is sent only without an ``Authorization``
-            header (the API key's or one in ``headers`` wins, as in httpx). A
-            given ``session`` ignores it: the session's own ``trust_env`` applies.
+            header (the API key's or one in ``headers`` wins, as in httpx). These
+            credentials are redacted as the API key is. A given ``session``
+            ignores it: the session's own ``trust_env`` applies.
         **params: More body fields (``temperature``, ``reasoning_effort`` …).
             ``tools`` given here are offered in every call, after the call's own
             (a provider's server tool such as Anthropic's ``web_search_20250305``).
+            A transport setting other HTTP clients take as a keyword (``proxy``,
+            ``verify``, ``http_client`` …: see :data:`TRANSPORT_SETTINGS`) is a
+            ``TypeError`` saying what to use instead: no provider takes it as a
+            body field, where it would do nothing but hand the API what it
+            holds (a proxy's password).
     """
 
     dialect: ClassVar[str]
@@ -441,6 +458,7 @@ class LLMClient(abc.ABC):
         **params: Any,
     ) -> None:
         _check_dialect(self)
+        _check_body_fields(params, f"{type(self).__name__}()")
         self.base_url = base_url
         self.max_line_bytes = max_line_bytes
         self.max_event_bytes = max_event_bytes
@@ -517,13 +535,15 @@ class LLMClient(abc.ABC):
 
         Raises:
             TypeError: ``messages`` are not ChatMessages (an OpenAI dict, say:
-                ``ChatMessage.from_openai`` reads one), or a tool is neither a
-                :class:`~rafrx.tools.Tool` nor a mapping.
+                ``ChatMessage.from_openai`` reads one), a tool is neither a
+                :class:`~rafrx.tools.Tool` nor a mapping, or ``params`` hold a
+                transport setting (see :data:`TRANSPORT_SETTINGS`).
             ValueError: The class's ``dialect`` is a name not in
                 :data:`~rafrx.sources.dialects.DIALECTS`.
         """
         if isinstance(self.dialect, str):  # (before anything is sent)
             check_dialect_name(self.dialect)
+        _check_body_fields(params, f"{type(self).__name__}.stream()")
         conversation = checked_messages(messages, "a client's messages are ChatMessages")
         fields = dict(self.params)
         offered = [*_checked_tools(tools), *(fields.pop("tools", None) or ())]  # (the client's)
@@ -537,13 +557,12 @@ class LLMClient(abc.ABC):
             "User-Agent": _user_agent(),
             **self._protocol_headers(),
         }
-        secrets = (*url_secrets(self.url), *_header_secrets(self._extra_headers))
-        if self._sessions.trust_env:  # (a proxy's credentials may come back in its error)
-            secrets = (*secrets, *proxy_secrets())
+        secrets = (*url_secrets(self.url), *header_secrets(self._extra_headers))
         if self._api_key is not None:
             headers.update(self._auth_headers(self._api_key.value))
             secrets = (*secrets, self._api_key.value)
         headers = _overridden(headers, self._extra_headers)
+        secrets = (*secrets, *self._sessions.added_secrets(self.url, headers))
         request = HTTPRequest(
             self.url,
             payload,
@@ -608,20 +627,53 @@ def _check_dialect(client: LLMClient) -> None:
         )
 
 
-def _header_secrets(headers: Mapping[str, str]) -> tuple[str, ...]:
-    """The credentials among user-given headers (``api-key``, ``Authorization``,
-    ``cf-aig-authorization`` ...: see :func:`~rafrx._redaction.is_secret_header`):
-    each value, and its token alone when it has a scheme (``Bearer <token>``).
+_USE_A_PROXY: Final = (
+    "a session=aiohttp.ClientSession(proxy='http://user:password@host:port'), "
+    "or trust_env=True for the environment's HTTPS_PROXY"
+)
+_USE_TLS: Final = "a session=aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=...))"
+
+#: The transport settings other HTTP clients (httpx, requests, aiohttp, openai-python,
+#: anthropic) take as keywords, which no provider takes as a request body field: given
+#: to a client as ``**params`` they are a ``TypeError`` (see :func:`_check_body_fields`),
+#: each with what to use instead. (``timeout`` is not among them: gateways such as
+#: LiteLLM's take it in the body; the client's own are its ``timeouts=``.)
+TRANSPORT_SETTINGS: Final = {
+    "proxy": _USE_A_PROXY,
+    "proxies": _USE_A_PROXY,
+    "proxy_auth": "the credentials in the proxy's URL: " + _USE_A_PROXY,
+    "auth": "api_key=, or headers={'Authorization': ...}",
+    "http_client": "session= (an aiohttp.ClientSession)",
+    "verify": _USE_TLS,
+    "ssl": _USE_TLS,
+    "default_headers": "headers=",
+    "default_query": "the query in base_url ('https://host/v1?api-version=...')",
+}
+
+
+def _check_body_fields(params: Mapping[str, Any], given_to: str) -> None:
+    """Refuse a transport setting (see :data:`TRANSPORT_SETTINGS`) among ``params``,
+    the body fields ``given_to`` (``"OpenAIChatClient()"``, ``"….stream()"``) got, with
+    a ``TypeError`` saying what to use instead, and never the value (a proxy's URL
+    holds its password).
 
     Example:
-        >>> _header_secrets({"api-key": "k-123", "Authorization": "Bearer t-456", "X-Env": "p"})
-        ('k-123', 'Bearer t-456', 't-456')
-    """
-    secrets: list[str] = []
-    for name, value in headers.items():
-        if is_secret_header(name) and value:
-            secrets += [value, value.strip().partition(" ")[2].strip()]
-    return tuple(secret for secret in dict.fromkeys(secrets) if secret)
+        >>> _check_body_fields({"temperature": 0.2, "max_tokens": 50}, "C()")
+        >>> try:
+        ...     _check_body_fields({"proxy": "http://u:pw@p:1"}, "C()")
+        ... except TypeError as refused:
+        ...     print(str(refused).replace(": ", ":\\n").replace(", or", ",\\nor"))
+        C() got proxy=, a transport setting, not a request body field (its other keywords go to the API in the request body):
+        give a session=aiohttp.ClientSession(proxy='http://user:password@host:port'),
+        or trust_env=True for the environment's HTTPS_PROXY
+    """  # noqa: E501
+    for name in params:
+        instead = TRANSPORT_SETTINGS.get(name)
+        if instead is not None:
+            raise TypeError(
+                f"{given_to} got {name}=, a transport setting, not a request body field "
+                f"(its other keywords go to the API in the request body): give {instead}"
+            )
 
 
 def _shown_url(base_url: str) -> str:
