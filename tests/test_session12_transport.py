@@ -286,6 +286,33 @@ async def test_a_given_trust_env_session_adding_a_netrc_login_beside_the_key_say
     assert NETRC_PASSWORD not in f"{said} {err!r}"
 
 
+@pytest.mark.asyncio
+@pytest.mark.parametrize("trust_env", [False, True])
+async def test_a_given_sessions_auth_beside_the_key_is_named_not_a_netrc_login(
+    no_task_leak: None, clean_env: pathlib.Path, trust_env: bool
+) -> None:
+    """A given ``ClientSession(auth=BasicAuth(...))`` beside an API key: aiohttp refuses
+    every call with the same words as for a ``.netrc`` login. The error names the
+    session's ``auth=`` (with no ``.netrc`` entry there is no ``.netrc`` to blame, with
+    ``trust_env`` or not); never its password."""
+    with warnings.catch_warnings():  # (BasicAuth and auth=: deprecated in aiohttp 3.14)
+        warnings.simplefilter("ignore", DeprecationWarning)
+        auth = aiohttp.BasicAuth("svc", NETRC_PASSWORD)
+        session = aiohttp.ClientSession(trust_env=trust_env, auth=auth)
+    async with (
+        raw_server(echo_credentials) as (root, seen),
+        session,
+        OpenAIChatClient(root + "/v1", KEY, timeouts=FAST, session=session) as client,
+    ):
+        _, err = await ask(client)
+    assert seen == []  # (refused before it was sent)
+    assert type(err) is TransportError
+    said = str(err)
+    assert "the given aiohttp session sends its auth= login, which aiohttp refuses" in said
+    assert ".netrc" not in said
+    assert NETRC_PASSWORD not in f"{said} {err!r}"
+
+
 # ------------------------------------------------------- 4. a given session's proxy credentials
 
 

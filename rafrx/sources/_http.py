@@ -53,6 +53,7 @@ from yarl import URL
 
 from rafrx._cycles import let_go, without_frames
 from rafrx._finite import finite, strict_dumps
+from rafrx._redaction import netrc_secrets
 from rafrx.errors import (
     ConnectTimeout,
     ContentTypeError,
@@ -580,21 +581,26 @@ class _StreamCall:
         return TransportError(redact(f"request to {url} failed: {type(exc).__name__}", secrets))
 
     def _added_credentials(self, refusal: ValueError) -> str:
-        """Why aiohttp refused to send the request (``refusal``) when a given session with
-        ``trust_env`` adds the host's ``.netrc`` login beside the request's
-        ``Authorization``, and what to do; else ``""``. (rafrx cannot take the login off
-        a request without changing the user's session; the pool's own sessions add none.)"""
+        """Why aiohttp refused to send the request (``refusal``) when a given session adds
+        a login beside the request's ``Authorization`` (its ``auth=``, or with
+        ``trust_env`` the host's ``.netrc`` login), and what to do; else ``""``. (rafrx
+        cannot take the login off a request without changing the user's session; the
+        pool's own sessions add none.)"""
         session, request = self.session, self.request
-        if session is None or not session.trust_env or "AUTHORIZATION" not in str(refusal):
+        if session is None or "AUTHORIZATION" not in str(refusal):
             return ""
         if not has_authorization(request.headers):
             return ""
-        return (
-            f" (the given aiohttp session adds the .netrc login of {request.url.host} "
-            "(trust_env=True), which aiohttp refuses beside the Authorization header of "
-            "api_key or headers=: give a session without trust_env (a proxy as its proxy=), "
-            "or drop that .netrc entry)"
-        )
+        beside = "which aiohttp refuses beside the Authorization header of api_key or headers="
+        if session.auth is not None:
+            return f" (the given aiohttp session sends its auth= login, {beside}: give one of them)"
+        if session.trust_env and netrc_secrets(request.url.host):
+            return (
+                f" (the given aiohttp session adds the .netrc login of {request.url.host} "
+                f"(trust_env=True), {beside}: give a session without trust_env (a proxy as "
+                "its proxy=), or drop that .netrc entry)"
+            )
+        return ""
 
     def _proxy_refused(
         self, via: str | None, what: str, status: int, reason: str | None
