@@ -227,11 +227,18 @@ class ToolCallIncompleteContent(_HtmlRepr):
     The response ended before the call's arguments did (``finish_reason``
     is ``LENGTH``: the model hit its token limit), or the stream ended or
     failed first (``finish_reason`` is ``None``; a stream that fails after a
-    call's arguments ended but before its response did cuts that call short
-    too). ``raw_arguments`` is what arrived; ``partial_value`` what it was
+    call's arguments ended but before it was flushed to run cuts that call
+    short too). ``raw_arguments`` is what arrived; ``partial_value`` what it was
     on its way to (see :func:`rafrx.json_stream.partial_json`; ``None`` when
     nothing could be read): a preview, never arguments to run a tool with.
     ``error`` says why, as :attr:`rafrx.messages.ToolCall.error` will.
+
+    ``whole`` is true for a call whose arguments were whole when the stream
+    failed: the provider had ended them, and they parse, or their LLM call
+    had finished short of its token limit (the finish reason came, then the
+    stream stalled or broke before its end). Only the failure kept it from
+    running; :func:`~rafrx.operators.aggregate` keeps it as a complete
+    :class:`~rafrx.messages.ToolCall` with its parsed arguments (and no result).
 
     Example:
         >>> from rafrx.json_stream import partial_json
@@ -249,6 +256,7 @@ class ToolCallIncompleteContent(_HtmlRepr):
     partial_value: Any = None
     finish_reason: FinishReason | None = None
     error: str = attrs.field(default=attrs.Factory(_cut_short, takes_self=True))
+    whole: bool = attrs.field(default=False, kw_only=True)
     meta: ResponseMetadata = _meta()
 
 

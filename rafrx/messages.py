@@ -107,7 +107,11 @@ class ToolCall:
     the response cut short (the model's token limit hit mid-arguments, or the
     stream failed) has ``complete`` false, ``error`` saying so,
     ``raw_arguments`` and ``partial_value`` (what the arguments were on
-    their way to, a preview); it never runs.
+    their way to, a preview); it never runs. A call whose arguments had ended
+    whole when its stream failed (a finish reason, ``content_block_stop`` or
+    ``function_call_arguments.done`` came, then a stall, a broken connection
+    or an error event) is complete, with its parsed arguments, in the error's
+    ``.partial``; it never ran either: no result answers it.
 
     On the wire parsed arguments are always strict JSON: a number JSON cannot
     write (``1e400`` parses to infinity, ``NaN``) goes as the raw text when

@@ -159,7 +159,10 @@ def flush_tool_calls(eager: bool = False) -> Operator[AgentResponseResult, Agent
     arguments came with a ``LENGTH`` finish (the token limit cut them),
     becomes one ``ToolCallIncompleteContent`` instead, at the end or just
     before an ``ErrorContent``; eagerly, a call whose arguments do not parse
-    waits for its LLM call's finish to tell which it is. A call flushed upstream
+    waits for its LLM call's finish to tell which it is. A failing stream
+    flushes no call to run: an ended call not flushed yet becomes a
+    ``ToolCallIncompleteContent`` too, marked ``whole`` when its arguments are
+    (``aggregate()`` keeps it as a complete call). A call flushed upstream
     already (as ``convert()`` does) is not flushed again: applied twice, it
     still hands each call to ``execute_tools`` once.
 

@@ -29,6 +29,7 @@ from rafrx.messages import (
     ToolCall,
     provider_data_of,
 )
+from rafrx.operators._flush_tool_calls import parse_arguments
 from rafrx.operators._reducer import reducer_operator
 from rafrx.response import AgentResponse, AgentResponseResult, FinishReason, Usage
 from rafrx.typing import Operator
@@ -106,7 +107,13 @@ def _tool_message(content: ToolCalledContent) -> ChatMessage:
     )
 
 
-def _cut_call(content: ToolCallIncompleteContent) -> ToolCall:
+def _unrun_call(content: ToolCallIncompleteContent) -> ToolCall:
+    """The call that never ran: complete, with its parsed arguments, when they were
+    whole (its stream failed after they ended), else cut short."""
+    if content.whole:
+        arguments, error = parse_arguments(content.raw_arguments)
+        raw = content.raw_arguments if error else None
+        return ToolCall(content.call_id, content.name, arguments, raw_arguments=raw, error=error)
     return ToolCall(
         content.call_id,
         content.name,
@@ -184,7 +191,7 @@ class ResponseAggregator:
                     error=content.error,
                 )
             elif isinstance(content, ToolCallIncompleteContent):
-                self._step_started(content.call_id, step).calls[content.call_id] = _cut_call(
+                self._step_started(content.call_id, step).calls[content.call_id] = _unrun_call(
                     content
                 )
             elif isinstance(content, ToolCalledContent):

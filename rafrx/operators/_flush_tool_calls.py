@@ -54,7 +54,8 @@ Flushed = ToolCallingContent | ToolCallIncompleteContent
 """What a flush makes of a call: one to run, or one cut short."""
 
 FAILED_FIRST = "never run: the stream failed before the response was complete"
-"""Why a call whose arguments ended is cut short when its stream fails before it is flushed."""
+"""Why a call whose arguments ended never runs when its stream fails before it is flushed
+(its :class:`ToolCallIncompleteContent` says whether they are ``whole``)."""
 
 
 class KeptCall:
@@ -97,14 +98,27 @@ class KeptCall:
             return self.incomplete(raw)
         return ToolCallingContent(self.call_id, self.name, arguments, raw, error, meta=self.meta)
 
+    def unrun(self) -> ToolCallIncompleteContent:
+        """The call as a failing stream leaves it, never to run: ``whole`` when its
+        arguments ended and are what the stream's completion would have flushed to
+        run (they parse; or, invalid, came in an LLM call that finished short of its
+        token limit: the model's mistake, not a cut), else cut short."""
+        if not self.ended:
+            return self.incomplete()
+        raw = self.raw()
+        arguments, error = parse_arguments(raw)
+        if error is not None and self.cut is not False:  # a token limit's cut, or may be
+            return self.incomplete(raw)
+        preview = arguments if error is None else _preview(raw)
+        return ToolCallIncompleteContent(
+            self.call_id, self.name, raw, preview, None, FAILED_FIRST, whole=True, meta=self.meta
+        )
+
     def incomplete(self, raw: str | None = None) -> ToolCallIncompleteContent:
         """The call, cut short (by its token limit, or by the end of its stream)."""
         if raw is None:
             raw = self.raw()
-        try:
-            preview = partial_json(raw)
-        except ValueError:  # (nothing to show yet, or not the start of JSON)
-            preview = None
+        preview = _preview(raw)
         if self.cut:
             return ToolCallIncompleteContent(
                 self.call_id, self.name, raw, preview, FinishReason.LENGTH, meta=self.meta
@@ -114,6 +128,14 @@ class KeptCall:
                 self.call_id, self.name, raw, preview, None, FAILED_FIRST, meta=self.meta
             )
         return ToolCallIncompleteContent(self.call_id, self.name, raw, preview, meta=self.meta)
+
+
+def _preview(raw: str) -> Any:
+    """What the arguments ``raw`` were on their way to; None when nothing can be read."""
+    try:
+        return partial_json(raw)
+    except ValueError:  # (nothing to show yet, or not the start of JSON)
+        return None
 
 
 _LIFECYCLE = frozenset(
@@ -141,7 +163,10 @@ class ToolCallFlusher:
     and one whose invalid arguments came in an LLM call that finished with
     ``LENGTH`` (the token limit cut them; OpenAI's chat API still ends the
     call). Eagerly, a call whose arguments do not parse waits for its LLM
-    call's finish to tell which it is.
+    call's finish to tell which it is. A call whose arguments ended but that
+    a failing stream had not flushed yet never runs either: its
+    ``ToolCallIncompleteContent`` is ``whole`` when the arguments are (see
+    :meth:`KeptCall.unrun`).
     """
 
     __slots__ = ("_calls", "_deferred", "_eager", "_flushed", "_id", "_model", "_started")
@@ -249,7 +274,8 @@ class ToolCallFlusher:
         return flushed
 
     def _unflushed(self) -> list[Content]:
-        """Every call not flushed yet, cut short by a failing stream; then none is kept.
+        """Every call not flushed yet, never to run (a stream failing: see
+        :meth:`KeptCall.unrun`); then none is kept.
 
         In start order; eagerly, the calls whose invalid arguments were waiting
         for the finish come first.
@@ -258,7 +284,7 @@ class ToolCallFlusher:
             kept = [*self._deferred, *(p for p in self._calls.values() if not p.ended)]
         else:
             kept = self._started
-        cut: list[Content] = [p.incomplete() for p in kept]
+        cut: list[Content] = [p.unrun() for p in kept]
         self._forget()
         return cut
 

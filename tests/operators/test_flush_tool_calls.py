@@ -77,9 +77,10 @@ def test_marble_eager_calling_comes_right_after_the_end() -> None:
 def test_marble_an_upstream_error_flushes_no_call_to_run() -> None:
     boom = ProviderError("overloaded")
     messages, subscriptions = marble(ops.flush_tool_calls(), "-s-x-y-e-#", LOOKUP, error=boom)
-    # the ended call, not flushed yet, comes cut short just before the error: never run
+    # the ended call, not flushed yet, comes just before the error: never run, its
+    # arguments whole
     cut = ToolCallIncompleteContent(
-        "a", "f", '{"q": "z"}', {"q": "z"}, None, FAILED_FIRST, meta=META
+        "a", "f", '{"q": "z"}', {"q": "z"}, None, FAILED_FIRST, whole=True, meta=META
     )
     assert messages[:-2] == records("-s-x-y-e", LOOKUP)
     assert [(m.time, m.value.kind) for m in messages[-2:]] == [(290, "N"), (290, "E")]

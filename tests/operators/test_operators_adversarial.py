@@ -242,7 +242,7 @@ def test_an_upstream_error_at_any_position_keeps_everything_and_ends_typed(
     assert before == full[: len(before)]
     *cut, last = [c for r in after for c in r.contents]
     assert (type(last), last.message) == (ErrorContent, "connection reset")
-    # before it, only the calls still open, cut short (never a call to run)
+    # before it, only the calls not flushed yet, never to run (never a call to run)
     assert all(isinstance(c, ToolCallIncompleteContent) for c in cut)
     started = [c.call_id for r in before for c in r.contents if isinstance(c, ToolCallStartContent)]
     assert [c.call_id for c in cut] == [i for i in started if i in {c.call_id for c in cut}]
@@ -257,7 +257,12 @@ def test_an_upstream_error_at_any_position_keeps_everything_and_ends_typed(
     assert partial.interrupted
     texts = "".join(x.delta for x in updates[:k] if isinstance(x, u.TextDelta))
     assert partial.text == texts
-    assert [c.id for c in partial.tool_calls if not c.complete] == [c.call_id for c in cut]
+    # those whose arguments ended whole are complete there (never run: no result)
+    assert [c.id for c in partial.tool_calls if not c.complete] == [
+        c.call_id for c in cut if not c.whole
+    ]
+    assert {c.call_id for c in cut if c.whole} <= {c.id for c in partial.tool_calls if c.complete}
+    assert partial.tool_messages == ()
 
 
 @pytest.mark.parametrize("k", range(len(MIXED) + 1))

@@ -247,11 +247,12 @@ def test_a_cut_mid_arguments_never_yields_a_tool_call(eager: bool) -> None:
         flushed = [c.call_id for c in tool_callings(got.results)]
         # eager: each ended call at its end; by default calls are flushed only on completion
         assert flushed == (ended if eager else [])
-        assert [c.id for c in partial.tool_calls if c.complete] == flushed
+        # the ended calls (whole arguments) are complete in the partial, flushed to run
+        # or not; the others are kept, cut short, and never flushed to run
+        assert [c.id for c in partial.tool_calls if c.complete] == ended
         assert all(c.error is None for c in partial.tool_calls if c.complete)
-        # the calls not flushed are kept, cut short, and never flushed to run
         cut = [c.id for c in partial.tool_calls if not c.complete]
-        assert cut == [i for i in started if i not in flushed]
+        assert cut == [i for i in started if i not in ended]
         assert set(started) - set(ended) <= set(cut)
 
 

@@ -659,11 +659,13 @@ async def test_response_failed_is_a_typed_error_keeping_the_text_and_the_finishe
     assert error.partial is not None
     assert error.partial.text == "Checking."
     assert error.partial.finish_reason is FinishReason.ERROR
-    # The call had ended, but its response failed: kept, cut short (never to run), with
-    # its whole arguments (README: "or the stream fails while a call is open").
+    # The call had ended, but its response failed: kept complete, with its parsed
+    # arguments, and never run (README: "A failed stream runs no call, but a call whose
+    # arguments had ended whole before the failure ... is not cut").
     [kept] = error.partial.tool_calls
-    assert (kept.id, kept.name, kept.complete) == ("call_1", "lookup", False)
-    assert (kept.raw_arguments, kept.partial_value) == ('{"city": "Rome"}', {"city": "Rome"})
+    assert (kept.id, kept.name, kept.complete) == ("call_1", "lookup", True)
+    assert (kept.arguments, kept.error) == ({"city": "Rome"}, None)
+    assert error.partial.tool_messages == ()
     assert error.partial.id == "resp_1"
 
 
