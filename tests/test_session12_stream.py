@@ -289,3 +289,26 @@ async def test_an_agent_runs_no_call_of_a_failed_stream_but_its_partial_shows_th
     assert list(partial.tool_calls) == [WHOLE[0]]
     assert partial.tool_messages == ()
     assert list(await history.load()) == []  # nothing saved
+
+
+# ---------------------------------------------------------------- the live view
+
+
+async def test_the_live_view_shows_a_whole_call_of_a_failed_stream_as_never_run() -> None:
+    """The live card of a call whose arguments ended whole before the stream stalled
+    shows its arguments and "never run" (it said "cut short", as for arguments cut
+    mid-way); the next call, not started at the stall, has no card."""
+    from rafrx.notebook._render import live_html
+    from rafrx.notebook._state import LiveState
+
+    body = render(Reply(tool_calls=[ADD, MUL]), "anthropic")
+    error, results = await fail("anthropic", body, after(body, b"content_block_stop"))
+    assert isinstance(error, IdleTimeout)
+    state = LiveState()
+    for result in results:
+        state.add(result)
+    assert list(state.cards) == ["c1"]
+    whole = state.cards["c1"]
+    assert (whole.status, whole.arguments) == ("never run", {"a": 1})
+    assert whole.argument_error == FAILED_FIRST
+    assert "never run" in live_html(state)

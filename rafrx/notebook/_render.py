@@ -42,6 +42,7 @@ _STATUS_COLORS = {
     "failed": "#c00",
     "invalid arguments": "#c00",
     "cut short": "#c00",
+    "never run": "#c00",
     "approved": "#2a2",
     "denied": "#c00",
 }

@@ -34,8 +34,8 @@ __all__ = ["ArgumentProgress", "LiveState", "ToolCard"]
 _TAIL_CHARS = 160
 
 # A card's statuses while its call's arguments may still change (then: ready, invalid
-# arguments or cut short, and awaiting approval, done or failed; a provider's own tool:
-# awaiting approval, approved or denied).
+# arguments, cut short or never run (whole, but its stream failed), and awaiting
+# approval, done or failed; a provider's own tool: awaiting approval, approved or denied).
 _ARGUMENTS_OPEN = frozenset({"streaming arguments", "arguments complete"})
 
 
@@ -326,10 +326,13 @@ class LiveState:
                 if error is not None:
                     card.end_arguments("invalid arguments", error)
                 else:
-                    # An object's members one per row; any other JSON value as one row.
-                    value = arguments if isinstance(arguments, dict) else {"(arguments)": arguments}
-                    card.arguments = dict(value)
+                    card.arguments = _rows(arguments)
                     card.status = "ready"
+            case c.ToolCallIncompleteContent(call_id, name) if item.whole:
+                card = self._handed_over(call_id, name)  # (whole, but its stream failed)
+                card.name = card.name or name
+                card.arguments = _rows(item.partial_value)
+                card.end_arguments("never run", item.error)
             case c.ToolCallIncompleteContent(call_id, name):
                 card = self._handed_over(call_id, name)
                 card.name = card.name or name
@@ -353,3 +356,9 @@ LiveState.blocks = property(  # type: ignore[assignment,misc]  # (to mypy: a slo
     _BLOCKS_SLOT.__set__,
     doc="``[kind, value]`` pairs in the order they appeared (see the class docstring).",
 )
+
+
+def _rows(arguments: Any) -> dict[str, Any]:
+    """A call's arguments as a card's rows: an object's members one per row; any other
+    JSON value as one row."""
+    return dict(arguments) if isinstance(arguments, dict) else {"(arguments)": arguments}
