@@ -385,7 +385,9 @@ def test_sigint_during_demo_is_status_130_without_a_traceback(tmp_path: Path) ->
 
 def test_sigint_during_a_paced_replay_is_status_130() -> None:
     process = popen("replay", "rafrx/data/demo-openai-chat.sse", "--pace", "--speed", "0.05")
-    time.sleep(0.8)
+    # Replaying by then (a fixed sleep was not enough: on a loaded machine the signal came
+    # while Python still imported rafrx, a KeyboardInterrupt traceback and status -2).
+    wait_for_output(process, "[thinking]")  # (some 8 s of the paced replay are still to come)
     process.send_signal(signal.SIGINT)
     code, _, err = finish(process)
     assert (code, err) == (130, "interrupted\n")
