@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import pty
 import re
 import signal
 import subprocess
@@ -86,6 +87,20 @@ def wait_for_output(process: subprocess.Popen[str], needle: str, timeout: float 
         if needle in line:
             return seen
     raise AssertionError(f"{needle!r} never appeared in {seen!r}")
+
+
+def read_until(process: subprocess.Popen[str], needle: str, timeout: float = 15) -> str:
+    """Read stdout until it ends with ``needle``, a prompt with no newline after it."""
+    assert process.stdout is not None
+    deadline = time.monotonic() + timeout
+    seen = b""
+    while not seen.endswith(needle.encode()) and time.monotonic() < deadline:
+        byte = os.read(process.stdout.fileno(), 1)  # (under the text layer: nothing buffered)
+        if not byte:
+            break
+        seen += byte
+    assert seen.endswith(needle.encode()), f"{needle!r} never came in {seen!r}"
+    return seen.decode()
 
 
 def run_to_closed_pipe(*args: str) -> subprocess.CompletedProcess[str]:
@@ -385,7 +400,9 @@ def test_sigint_during_demo_is_status_130_without_a_traceback(tmp_path: Path) ->
 
 def test_sigint_during_a_paced_replay_is_status_130() -> None:
     process = popen("replay", "rafrx/data/demo-openai-chat.sse", "--pace", "--speed", "0.05")
-    time.sleep(0.8)
+    # Replaying by then (a fixed sleep was not enough: on a loaded machine the signal came
+    # while Python still imported rafrx, a KeyboardInterrupt traceback and status -2).
+    wait_for_output(process, "[thinking]")  # (some 8 s of the paced replay are still to come)
     process.send_signal(signal.SIGINT)
     code, _, err = finish(process)
     assert (code, err) == (130, "interrupted\n")
@@ -458,10 +475,18 @@ def test_serve_on_a_bad_host_is_one_line_status_2() -> None:
 
 
 def test_sigint_while_chat_waits_for_input(server: LLMServer) -> None:
-    process = popen("chat", "--base-url", server.url, "--model", "m", stdin=subprocess.PIPE)
-    time.sleep(3.0)  # (started and waiting: its imports take long on a loaded machine)
-    process.send_signal(signal.SIGINT)
-    code, out, err = finish(process)
+    """Ctrl-C at the chat's prompt. Its stdin is a terminal: the prompt it shows tells
+    that it waits for input (a fixed sleep did not: on a loaded machine the signal came
+    while Python still imported rafrx, a KeyboardInterrupt traceback and status -2)."""
+    terminal, stdin = pty.openpty()
+    try:
+        process = popen("chat", "--base-url", server.url, "--model", "m", stdin=stdin)
+        assert read_until(process, "you> ") == "you> "
+        process.send_signal(signal.SIGINT)
+        code, out, err = finish(process)
+    finally:
+        os.close(stdin)
+        os.close(terminal)
     assert (code, out, err) == (130, "", "interrupted\n")
     assert len(server.requests) == 0
 

@@ -20,6 +20,7 @@ from rafrx.messages import ChatMessage, ToolCall
 from rafrx.notebook import (
     LiveSnapshot,
     LiveState,
+    _live,
     content_html,
     live,
     live_html,
@@ -32,6 +33,7 @@ from rafrx.notebook import (
 from rafrx.operators import aggregate, convert
 from rafrx.recorder import Entry, Recording
 from rafrx.response import AgentResponse, AgentResponseResult, FinishReason, Usage
+from tests.conftest import StreamTime
 
 EVIL = '<script>alert("x")</script>'
 LONG = "# Notes\n" + "All work and no play makes Jack a dull boy. " * 40
@@ -201,14 +203,17 @@ def test_progress_bar_shows_while_streaming_then_completes() -> None:
 # ----------------------------------------------------------------- live()
 
 
-def test_live_renders_one_handle_and_returns_the_response() -> None:
+def test_live_renders_one_handle_and_returns_the_response(stream_time: StreamTime) -> None:
+    # The stream's time is the test's own: on the wall clock a stall of a loaded machine
+    # (over the 0.05 s interval) let the view's thread timer render between two items.
+    stream_time.on(_live)
     fake = FakeDisplay()
     view = live(reactivex.from_iterable(tool_results()), display=fake)
     assert len(fake.shown) == 1  # one display, then only updates of it
     updates = fake.handles[0].updates
     assert updates[-1].final
     assert sum(snapshot.final for snapshot in updates) == 1
-    assert view.renders == len(updates) <= 3  # synchronous: coalesced
+    assert view.renders == len(updates) == 2  # synchronous: coalesced (first and final)
     final = updates[-1].html
     assert "write_file" in final
     assert "rafrx-card" in final

@@ -45,6 +45,7 @@ from rafrx.notebook import (
 from rafrx.notebook._format import BIDI_CONTROLS, PREVIEW_CHARS, clip_html, json_html
 from rafrx.operators import convert
 from rafrx.response import AgentResponse, AgentResponseResult, FinishReason, Usage
+from tests.conftest import StreamTime
 from tests.test_notebook import FakeDisplay as OneHandleDisplay
 
 # ----------------------------------------------------------------- helpers
@@ -140,40 +141,6 @@ class FakeDisplay(OneHandleDisplay):
 def is_cyclic(value: Any) -> bool:
     """Whether ``value`` is a list holding itself."""
     return isinstance(value, list) and bool(value) and value[0] is value
-
-
-class FakeClock:
-    """Replaces the ``time`` module the live view reads its clock from."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def monotonic(self) -> float:
-        return self.now
-
-
-class HeldTimers:
-    """Replaces the live view's ``call_later``: the timers are kept, never fired.
-
-    With a :class:`FakeClock` the stream's time is the fake clock's: a real timer
-    would fire on the wall clock (a slow machine, a long gc pass) and render
-    between items, at no point of the stream's own time."""
-
-    def __init__(self) -> None:
-        self.pending: list[_HeldTimer] = []
-
-    def __call__(self, wait: float, callback: Callable[[], object]) -> _HeldTimer:
-        timer = _HeldTimer()
-        self.pending.append(timer)
-        return timer
-
-
-class _HeldTimer:
-    def __init__(self) -> None:
-        self.cancelled = False
-
-    def cancel(self) -> None:
-        self.cancelled = True
 
 
 def results_of(updates: list[u.AgentResponseUpdate]) -> list[AgentResponseResult]:
@@ -489,14 +456,12 @@ def test_a_huge_tool_result_is_clipped_in_the_card_with_a_marker() -> None:
 
 
 def test_a_sync_source_renders_first_and_final_only_however_long(
-    monkeypatch: pytest.MonkeyPatch,
+    stream_time: StreamTime,
 ) -> None:
     """Items that come within one interval render the first and the final state only,
     however many: the stream's time is a clock of its own (the machine's is no part of
     it: 5,000 items under CI load, or during a long gc pass, took more than 2 intervals)."""
-    monkeypatch.setattr(_live, "time", FakeClock())  # (it stands still: no time passes)
-    timers = HeldTimers()
-    monkeypatch.setattr(_live, "call_later", timers)
+    timers = stream_time.on(_live).timers  # (its clock stands still: no time passes)
     fake = FakeDisplay()
     deltas = [u.TextDelta(f"{i:05d} ") for i in range(5000)]
     view = live(reactivex.from_iterable([*deltas, u.Finish(FinishReason.STOP)]), display=fake)
@@ -506,11 +471,9 @@ def test_a_sync_source_renders_first_and_final_only_however_long(
     assert visible(fake.updates[-1].html).startswith("".join(d.delta for d in deltas))
 
 
-def test_throttle_renders_once_per_interval_of_stream_time(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_throttle_renders_once_per_interval_of_stream_time(stream_time: StreamTime) -> None:
     """A clock advancing 1/64 s per item, a 1/16 s interval: one render every 4 items."""
-    clock = FakeClock()
-    monkeypatch.setattr(_live, "time", clock)
-    monkeypatch.setattr(_live, "call_later", HeldTimers())  # (the wall clock is not the stream's)
+    clock = stream_time.on(_live).clock  # (its timers are held: the wall clock is not the stream's)
 
     def slow_items() -> Iterator[u.AgentResponseUpdate]:
         for i in range(200):

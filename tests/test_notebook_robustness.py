@@ -44,6 +44,7 @@ from rafrx.notebook import (
 from rafrx.notebook._format import PREVIEW_CHARS, json_html
 from rafrx.operators import convert
 from rafrx.response import AgentResponse, AgentResponseResult, FinishReason
+from tests.conftest import StreamTime
 
 # ----------------------------------------------------------------- helpers
 
@@ -250,19 +251,14 @@ def test_terminal_ipython_prints_the_final_render_once() -> None:
 
 
 def test_renders_slower_than_the_interval_do_not_render_on_every_update(
-    monkeypatch: pytest.MonkeyPatch,
+    stream_time: StreamTime,
 ) -> None:
     """The throttle stamps a render's start: a render costing more than ``interval``
-    leaves no gap, so every update renders (each costing O(history))."""
+    leaves no gap, so every update renders (each costing O(history)).
 
-    class Clock:
-        now = 1000.0
-
-        def monotonic(self) -> float:
-            return self.now
-
-    clock = Clock()
-    monkeypatch.setattr(_live, "time", clock)
+    The stream's time is the test's own (the view's timers are held: a real one would
+    fire on the wall clock, during a stall of a loaded machine, and render once more)."""
+    clock = stream_time.on(_live).clock
 
     def slow_render(snapshot: LiveSnapshot) -> None:
         clock.now += 0.1  # each render takes 2 intervals; the stream itself takes no time
@@ -270,7 +266,8 @@ def test_renders_slower_than_the_interval_do_not_render_on_every_update(
     fake = FakeDisplay(slow_render)
     deltas = [u.TextDelta(f"{i} ") for i in range(50)]
     view = live(reactivex.from_iterable(deltas), display=fake, interval=0.05)
-    assert view.renders <= 3  # (before the fix: 51 (every update, then the final render))
+    assert view.renders == 2  # the first and the final (before the fix: 51, every update)
+    assert [t.cancelled for t in stream_time.timers.pending] == [True]  # the final render's
 
 
 # ----------------------------------------------------------------- 6. unbounded preview work

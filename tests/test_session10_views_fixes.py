@@ -15,7 +15,6 @@ import math
 import os
 import subprocess
 import sys
-import time
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
@@ -25,12 +24,14 @@ import attrs
 import pytest
 
 from rafrx import content as c
+from rafrx import terminal
 from rafrx.messages import ANTHROPIC_THINKING, OPENAI_REASONING, ChatMessage, ToolCall
 from rafrx.notebook import LiveState
 from rafrx.notebook._format import human_size
 from rafrx.response import AgentResponse, AgentResponseResult
 from rafrx.terminal import TerminalRenderer
 from rafrx.testing import Fault, LLMServer, RecordedRequest
+from tests.conftest import StreamTime
 from tests.test_cli import run
 
 FIXTURES = Path(__file__).parent / "data" / "fixtures"
@@ -183,9 +184,15 @@ async def _until(condition: Callable[[], bool], timeout: float = 1.0) -> None:
 
 
 @pytest.mark.asyncio
-async def test_terminal_progress_line_shows_the_last_update_when_the_stream_pauses() -> None:
+async def test_terminal_progress_line_shows_the_last_update_when_the_stream_pauses(
+    stream_time: StreamTime,
+) -> None:
     """An update that came within the interval was skipped and nothing drew it later: a
-    stream that paused there left the line showing an older size."""
+    stream that paused there left the line showing an older size.
+
+    The renderer's clock stands still (its timer is the loop's own): the second update is
+    within the interval however long a loaded machine takes between the two."""
+    stream_time.on(terminal, hold_timers=False)
     out = io.StringIO()
     renderer = TerminalRenderer(out, color=True, interval=0.2)
     renderer.result(AgentResponseResult(contents=[c.ToolCallStartContent("c1", "write_file")]))
@@ -199,15 +206,23 @@ async def test_terminal_progress_line_shows_the_last_update_when_the_stream_paus
     assert out.getvalue().endswith("Done.\x1b[0m\n")
 
 
-def test_terminal_progress_redraw_skipped_once_something_else_is_written() -> None:
-    """The late draw never comes after the line was ended (by text, or by close())."""
+def test_terminal_progress_redraw_skipped_once_something_else_is_written(
+    stream_time: StreamTime,
+) -> None:
+    """The late draw never comes after the line was ended (by text, or by close()).
+
+    On the test's own time: the second update is within the interval (on the wall clock a
+    stall over 0.05 s drew it at once), and the late draw is fired when the test says."""
+    timers = stream_time.on(terminal).timers
     out = io.StringIO()
     renderer = TerminalRenderer(out, color=True, interval=0.05)
     renderer.result(_progress(1000))
     renderer.result(_progress(250_000))
+    assert [t.cancelled for t in timers.pending] == [False]  # the late draw, due
     renderer.close()
     written = out.getvalue()
-    time.sleep(0.1)  # (a thread timer would have fired by now)
+    assert [t.cancelled for t in timers.pending] == [True]
+    timers.pending[0].callback()  # as a timer thread already running when close() cancelled it
     assert out.getvalue() == written
     assert human_size(250_000) not in written
 
