@@ -1,0 +1,131 @@
+"""Regression tests of the test kit (``rafrx.testing``) bugs of session 12.
+
+Each failed on the commit before its fix, for the reason its docstring gives.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import aiohttp
+import pytest
+
+from rafrx.testing import LLMServer, Reply
+
+CHAT = "/v1/chat/completions"
+MESSAGES = "/v1/messages"
+RESPONSES = "/v1/responses"
+
+#: The deepest nesting a request body may have (``LLMServer``'s docstring says so).
+MAX_DEPTH = 512
+
+#: Per endpoint: the members whose values the answer writes back (in the usage
+#: estimate, and Responses' echo of ``tools``), where a deep body broke the answer.
+_DEEP_MEMBERS = [
+    (CHAT, "messages"),
+    (CHAT, "tools"),
+    (MESSAGES, "messages"),
+    (MESSAGES, "system"),
+    (RESPONSES, "input"),
+    (RESPONSES, "tools"),
+]
+
+#: The last event of a whole answer, by endpoint.
+_LAST_EVENT = {
+    CHAT: b"data: [DONE]\n\n",
+    MESSAGES: b"message_stop",
+    RESPONSES: b"response.completed",
+}
+
+
+def _nested_body(member: str, depth: int) -> bytes:
+    """A streaming request body nested ``depth`` levels deep (the body itself is
+    the first level), its deepest part under ``member``."""
+    inner = depth - 1
+    return b'{"stream": true, "%s": %s%s}' % (member.encode(), b"[" * inner, b"]" * inner)
+
+
+async def _post(server: LLMServer, path: str, data: bytes) -> tuple[int, bytes]:
+    async with aiohttp.ClientSession() as http:
+        headers = {"Content-Type": "application/json"}
+        async with http.post(server.url + path, data=data, headers=headers) as resp:
+            return resp.status, await resp.read()
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize(("path", "member"), _DEEP_MEMBERS)
+@pytest.mark.parametrize("depth", [MAX_DEPTH - 1, MAX_DEPTH])
+async def test_a_body_as_deep_as_the_server_takes_gets_its_whole_answer(
+    path: str, member: str, depth: int
+) -> None:
+    """A body nested just under the depth ``json.loads`` reaches was parsed, then
+    the answer overflowed writing parts of it back as JSON (the usage estimate,
+    Responses' ``tools`` echo): an HTTP 500 'RecursionError', neither an answer
+    nor a 400. Every body the server takes, up to its limit, is answered whole."""
+    async with LLMServer() as server:
+        server.enqueue(Reply(text="deep"))
+        status, body = await _post(server, path, _nested_body(member, depth))
+    assert status == 200, body[:300]
+    assert _LAST_EVENT[path] in body
+    assert b"deep" in body
+    [recorded] = server.requests
+    assert recorded.json is not None
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize(("path", "member"), _DEEP_MEMBERS)
+async def test_the_deepest_body_the_server_takes_gets_its_answer(path: str, member: str) -> None:
+    """Found by bisection whatever the stack (the bound ``json.loads`` had depends
+    on it): the deepest body not refused as too deep is answered, not an HTTP 500
+    'RecursionError' (as it was when ``json.loads`` alone set the bound)."""
+    shallow, deep = 1, 100_000  # taken / refused as too deep
+    async with LLMServer() as server:
+        while deep - shallow > 1:
+            depth = (shallow + deep) // 2
+            status, body = await _post(server, path, _nested_body(member, depth))
+            refused = status == 400 and b"nested too deeply" in body
+            shallow, deep = (shallow, depth) if refused else (depth, deep)
+            if not refused:
+                assert status == 200, (depth, body[:300])
+    assert shallow == MAX_DEPTH
+
+
+@pytest.mark.asyncio
+async def test_responses_echo_tools_nested_as_deep_as_the_server_takes() -> None:
+    """The Responses echo of the request's ``tools`` is the deep value as sent."""
+    tools: Any = []
+    for _ in range(MAX_DEPTH - 2):
+        tools = [tools]
+    raw = json.dumps({"stream": True, "tools": tools}).encode()
+    async with LLMServer() as server:
+        status, body = await _post(server, RESPONSES, raw)
+    assert status == 200
+    completed = next(
+        json.loads(line[len(b"data: ") :])
+        for line in body.split(b"\n")
+        if line.startswith(b'data: {"type":"response.completed"')
+    )
+    assert completed["response"]["tools"] == tools
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("path", [CHAT, MESSAGES, RESPONSES])
+@pytest.mark.parametrize("depth", [MAX_DEPTH + 1, 900, 100_000])
+async def test_a_body_deeper_than_the_server_takes_gets_a_400_saying_so(
+    path: str, depth: int
+) -> None:
+    """Past the limit, whether ``json.loads`` could parse the body or not, the
+    answer is the provider's 400 naming the limit (a body ``json.loads`` just
+    parsed got an HTTP 500 'RecursionError'); it takes no queued answer."""
+    async with LLMServer() as server:
+        server.enqueue(Reply(text="kept"))
+        status, body = await _post(server, path, _nested_body("metadata", depth))
+        assert server.queued == 1
+    assert status == 400
+    error = json.loads(body)["error"]
+    assert error["type"] == "invalid_request_error"
+    assert "nested too deeply" in error["message"]
+    assert f"at most {MAX_DEPTH} levels" in error["message"]
+    [recorded] = server.requests
+    assert recorded.json is None
