@@ -11,7 +11,10 @@ from typing import Any
 import aiohttp
 import pytest
 
-from rafrx.testing import LLMServer, Reply
+from rafrx import ChatMessage, FinishReason, collect_agent_response
+from rafrx import operators as ops
+from rafrx.sources.clients import AnthropicClient
+from rafrx.testing import LLMServer, Reply, render
 
 CHAT = "/v1/chat/completions"
 MESSAGES = "/v1/messages"
@@ -129,3 +132,113 @@ async def test_a_body_deeper_than_the_server_takes_gets_a_400_saying_so(
     assert f"at most {MAX_DEPTH} levels" in error["message"]
     [recorded] = server.requests
     assert recorded.json is None
+
+
+# ------------------------------------------------------------ stop sequences
+
+
+def _message_delta(body: bytes) -> dict[str, Any]:
+    """The ``message_delta`` payload of an Anthropic SSE body."""
+    [delta] = [
+        json.loads(line[len(b"data: ") :])
+        for line in body.split(b"\n")
+        if line.startswith(b'data: {"type":"message_delta"')
+    ]
+    return delta
+
+
+def test_a_reply_names_the_stop_sequence_that_matched() -> None:
+    """``Reply(finish="stop_sequence")`` sent ``stop_sequence: null`` in
+    ``message_delta``, where Anthropic sends the sequence that matched: a script
+    could not say which one did."""
+    reply = Reply(text="1, 2, 3", finish="stop_sequence", stop_sequence="\n\nHuman:")
+    delta = _message_delta(render(reply, "anthropic"))["delta"]
+    assert delta == {"stop_reason": "stop_sequence", "stop_sequence": "\n\nHuman:"}
+
+
+def test_a_stop_sequence_alone_means_the_reply_stopped_at_it() -> None:
+    reply = Reply(text="1, 2, 3", stop_sequence="4")
+    assert reply.finish == "stop_sequence"
+    assert reply.finish_reason is FinishReason.STOP
+    assert reply == Reply(text="1, 2, 3", finish="stop_sequence", stop_sequence="4")
+    delta = _message_delta(render(reply, "anthropic"))["delta"]
+    assert delta == {"stop_reason": "stop_sequence", "stop_sequence": "4"}
+
+
+@pytest.mark.parametrize(
+    ("request_json", "sequence"),
+    [
+        ({"stop_sequences": ["END", "STOP"]}, "END"),
+        ({"stop_sequences": [7, "STOP"]}, "STOP"),  # (what is not a string is skipped)
+        ({"stop_sequences": []}, None),
+        ({"stop_sequences": "END"}, None),  # (not the list Anthropic takes)
+        ({}, None),
+    ],
+)
+def test_by_default_the_stop_sequence_is_the_first_the_request_asked_for(
+    request_json: dict[str, Any], sequence: str | None
+) -> None:
+    reply = Reply(text="…", finish="stop_sequence")
+    delta = _message_delta(render(reply, "anthropic", request_json))["delta"]
+    assert delta == {"stop_reason": "stop_sequence", "stop_sequence": sequence}
+
+
+@pytest.mark.asyncio
+async def test_the_server_names_the_first_stop_sequence_of_the_request() -> None:
+    async with LLMServer() as server:
+        server.enqueue(Reply(text="1, 2, 3", finish="stop_sequence"))
+        raw = json.dumps({"stream": True, "stop_sequences": ["4", "5"]}).encode()
+        status, body = await _post(server, MESSAGES, raw)
+    assert status == 200
+    assert _message_delta(body)["delta"]["stop_sequence"] == "4"
+
+
+@pytest.mark.parametrize("finish", ["end_turn", FinishReason.STOP, FinishReason.TOOL_CALLS])
+def test_a_stop_sequence_goes_only_with_its_finish(finish: str) -> None:
+    with pytest.raises(ValueError, match='finish="stop_sequence"'):
+        Reply(text="…", finish=finish, stop_sequence="END")
+
+
+@pytest.mark.parametrize(
+    ("value", "error"), [("", ValueError), (["END"], TypeError), (b"END", TypeError)]
+)
+def test_a_stop_sequence_is_a_non_empty_string(value: Any, error: type[Exception]) -> None:
+    with pytest.raises(error, match="stop_sequence"):
+        Reply(text="…", stop_sequence=value)
+
+
+@pytest.mark.parametrize("finish", ["end_turn", "tool_use", "max_tokens", None])
+def test_no_stop_sequence_is_named_when_the_reply_did_not_stop_at_one(finish: str | None) -> None:
+    request_json = {"stop_sequences": ["END"]}
+    delta = _message_delta(render(Reply(text="…", finish=finish), "anthropic", request_json))
+    assert delta["delta"]["stop_sequence"] is None
+
+
+def test_other_formats_send_a_stop_at_a_sequence_as_a_plain_stop() -> None:
+    """OpenAI chat names no sequence; Responses has no stop sequences."""
+    reply = Reply(text="…", stop_sequence="END")
+    chat = render(reply, "openai-chat", {"stop": ["END"]})
+    assert b'"finish_reason":"stop"' in chat
+    assert b"END" not in chat
+    responses = render(reply, "openai-responses")
+    assert b"response.completed" in responses
+    assert b"END" not in responses
+
+
+@pytest.mark.asyncio
+async def test_an_anthropic_client_sees_a_stop_at_a_sequence_as_stop() -> None:
+    """Over the wire, with the sequence the request asked for: rafrx's Anthropic
+    client takes the answer whole, finishing ``STOP``."""
+    async with LLMServer() as server:
+        server.enqueue(Reply(text="1, 2, 3", finish="stop_sequence"))
+        client = AnthropicClient(server.url, "sk-ant-test", model="claude-test")
+        try:
+            response = await collect_agent_response(
+                client.stream([ChatMessage.user("count")], stop_sequences=["4"]).pipe(ops.convert())
+            )
+        finally:
+            await client.aclose()
+    assert response.text == "1, 2, 3"
+    assert response.finish_reason is FinishReason.STOP
+    [recorded] = server.requests
+    assert recorded.body["stop_sequences"] == ["4"]

@@ -196,7 +196,7 @@ def render_events(
         include_usage = isinstance(options, Mapping) and bool(options.get("include_usage"))
         return list(_openai_chat(reply, model, usage, include_usage))
     if wire_format == "anthropic":
-        return list(_anthropic(reply, model, usage))
+        return list(_anthropic(reply, model, usage, request))
     if wire_format == "openai-responses":
         return list(_responses(reply, model, usage, request))
     raise ValueError(f"unknown wire format {wire_format!r}")
@@ -272,7 +272,9 @@ def _openai_chat(reply: Reply, model: str, usage: Usage, include_usage: bool) ->
 # ------------------------------------------------------------------ Anthropic
 
 
-def _anthropic(reply: Reply, model: str, usage: Usage) -> Iterator[bytes]:
+def _anthropic(
+    reply: Reply, model: str, usage: Usage, request: Mapping[str, Any]
+) -> Iterator[bytes]:
     start_usage: dict[str, Any] = {"input_tokens": usage.prompt_tokens, "output_tokens": 1}
     if usage.cached_tokens is not None:
         # Anthropic's input_tokens leave out the tokens read from the cache.
@@ -322,20 +324,34 @@ def _anthropic(reply: Reply, model: str, usage: Usage) -> Iterator[bytes]:
         ]
         yield from block(start, deltas)
         index += 1
-    yield from _anthropic_end(reply, usage)
+    yield from _anthropic_end(reply, usage, request)
 
 
-def _anthropic_end(reply: Reply, usage: Usage) -> Iterator[bytes]:
+def _matched_stop_sequence(reply: Reply, request: Mapping[str, Any]) -> str | None:
+    """The ``stop_sequence`` of Anthropic's ``message_delta``: ``None`` unless the
+    reply stopped at one; then the reply's, else the first of the request's."""
+    if reply.finish != "stop_sequence":
+        return None
+    if reply.stop_sequence is not None:
+        return reply.stop_sequence
+    asked = request.get("stop_sequences")
+    if not isinstance(asked, list):
+        return None
+    return next((sequence for sequence in asked if isinstance(sequence, str)), None)
+
+
+def _anthropic_end(reply: Reply, usage: Usage, request: Mapping[str, Any]) -> Iterator[bytes]:
     """``message_delta`` and ``message_stop``, or the ``error`` event of a failure."""
     if reply.finish_reason is FinishReason.ERROR:
         yield _event("error", {"type": "error", "error": _ANTHROPIC_STREAM_ERROR})
         return
     stop_reason = _spelled(reply, _ANTHROPIC_SPELLINGS, _ANTHROPIC_STOP)
+    stop_sequence = _matched_stop_sequence(reply, request)
     yield _event(
         "message_delta",
         {
             "type": "message_delta",
-            "delta": {"stop_reason": stop_reason, "stop_sequence": None},
+            "delta": {"stop_reason": stop_reason, "stop_sequence": stop_sequence},
             "usage": {"output_tokens": usage.completion_tokens},
         },
     )
