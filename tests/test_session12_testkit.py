@@ -6,6 +6,7 @@ Each failed on the commit before its fix, for the reason its docstring gives.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -13,8 +14,10 @@ import pytest
 
 from rafrx import ChatMessage, FinishReason, collect_agent_response
 from rafrx import operators as ops
+from rafrx.content import ToolCallingContent
+from rafrx.sources import from_sse
 from rafrx.sources.clients import AnthropicClient
-from rafrx.testing import LLMServer, Reply, render
+from rafrx.testing import LLMServer, Reply, ToolCallSpec, render
 
 CHAT = "/v1/chat/completions"
 MESSAGES = "/v1/messages"
@@ -242,3 +245,128 @@ async def test_an_anthropic_client_sees_a_stop_at_a_sequence_as_stop() -> None:
     assert response.finish_reason is FinishReason.STOP
     [recorded] = server.requests
     assert recorded.body["stop_sequences"] == ["4"]
+
+
+# ------------------------------------------------------------ as the providers send it
+
+FIXTURES = Path(__file__).parent / "data" / "fixtures"
+
+
+def _event_names(body: bytes) -> list[str]:
+    return [
+        line[len("event: ") :] for line in body.decode().splitlines() if line.startswith("event: ")
+    ]
+
+
+@pytest.mark.parametrize(
+    ("fixture", "reply"),
+    [
+        ("anthropic-text-padded.sse", Reply(text="Hello")),
+        ("anthropic-thinking.sse", Reply(reasoning="Hmm.", text="Hello")),
+        ("anthropic-tool-use-padded.sse", Reply(tool_calls=[ToolCallSpec("f", {"a": 1})])),
+    ],
+)
+def test_anthropic_pings_after_the_first_content_block_start(fixture: str, reply: Reply) -> None:
+    """The server sent ``ping`` right after ``message_start``; Anthropic sends it after
+    the first ``content_block_start``, as the recorded streams show."""
+    recorded = _event_names((FIXTURES / "anthropic" / fixture).read_bytes())
+    ours = _event_names(render(reply, "anthropic"))
+    assert recorded[:4] == ["message_start", "content_block_start", "ping", "content_block_delta"]
+    assert ours[:4] == recorded[:4]
+    assert ours.count("ping") == 1
+
+
+def test_an_anthropic_reply_without_content_still_pings_once() -> None:
+    assert _event_names(render(Reply(), "anthropic")) == [
+        "message_start",
+        "ping",
+        "message_delta",
+        "message_stop",
+    ]
+
+
+def _payloads(body: bytes) -> list[dict[str, Any]]:
+    return [
+        json.loads(line[len("data: ") :])
+        for line in body.decode().splitlines()
+        if line.startswith("data: {")
+    ]
+
+
+def _tool_input_pieces(body: bytes) -> list[list[str]]:
+    """Per ``tool_use`` block of an Anthropic body, its ``partial_json`` pieces."""
+    blocks: dict[int, list[str]] = {}
+    for payload in _payloads(body):
+        if payload["type"] == "content_block_start":
+            if payload["content_block"]["type"] == "tool_use":
+                blocks[payload["index"]] = []
+        elif payload["type"] == "content_block_delta" and payload["index"] in blocks:
+            blocks[payload["index"]].append(payload["delta"]["partial_json"])
+    return list(blocks.values())
+
+
+def test_an_anthropic_call_without_arguments_streams_no_input() -> None:
+    """A call with no arguments streamed ``partial_json: "{}"``; Anthropic streams one
+    empty piece and no ``{}``, so a client saw ``raw_arguments`` ``"{}"`` where the
+    real API gives ``""``."""
+    recorded = (FIXTURES / "anthropic" / "anthropic-tool-no-args.sse").read_bytes()
+    ours = render(Reply(tool_calls=[ToolCallSpec("updateIssueList", {})]), "anthropic")
+    assert _tool_input_pieces(recorded) == [[""]]
+    assert _tool_input_pieces(ours) == [[""]]
+    [recorded_call] = _calls(recorded)
+    [our_call] = _calls(ours)
+    assert (
+        (our_call.arguments, our_call.raw_arguments)
+        == ({}, "")
+        == (
+            recorded_call.arguments,
+            recorded_call.raw_arguments,
+        )
+    )
+
+
+@pytest.mark.parametrize(
+    "fixture", ["anthropic-parallel-tool-use.sse", "anthropic-tool-use-padded.sse"]
+)
+def test_an_anthropic_tool_use_block_opens_with_an_empty_piece(fixture: str) -> None:
+    """Anthropic's first ``input_json_delta`` of every ``tool_use`` block is empty;
+    the server's first piece was already JSON."""
+    recorded = _tool_input_pieces((FIXTURES / "anthropic" / fixture).read_bytes())
+    reply = Reply(tool_calls=[ToolCallSpec("f", {"a": 1}), ToolCallSpec("g", '{"b": 2}')])
+    ours = _tool_input_pieces(render(reply, "anthropic"))
+    assert all(pieces[0] == "" and len(pieces) > 1 for pieces in recorded)
+    assert [pieces[0] for pieces in ours] == ["", ""]
+    assert ["".join(pieces) for pieces in ours] == ['{"a":1}', '{"b": 2}']
+    assert [call.arguments for call in _calls(render(reply, "anthropic"))] == [{"a": 1}, {"b": 2}]
+
+
+def test_an_exact_empty_argument_string_is_sent_as_given() -> None:
+    ours = render(Reply(tool_calls=[ToolCallSpec("f", "{}")]), "anthropic")
+    assert _tool_input_pieces(ours) == [["", "{}"]]
+
+
+def _calls(body: bytes) -> list[ToolCallingContent]:
+    """The calls rafrx's Anthropic dialect makes of ``body``."""
+    results: list[Any] = []
+    from_sse([body], dialect="anthropic").pipe(ops.convert()).subscribe(results.append)
+    return [c for r in results for c in r.contents if isinstance(c, ToolCallingContent)]
+
+
+def test_a_responses_output_text_part_has_its_logprobs() -> None:
+    """The server's ``output_text`` parts (``content_part.added``/``done``, the message
+    item) had no ``logprobs``, which OpenAI sends (``[]``) as it does on the deltas."""
+    recorded = _payloads(
+        (FIXTURES / "openai-responses" / "responses-reasoning-summary-text.sse").read_bytes()
+    )
+    ours = _payloads(render(Reply(text="Hi."), "openai-responses"))
+
+    def parts(payloads: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        found = [p["part"] for p in payloads if p["type"].startswith("response.content_part.")]
+        items = [p["item"] for p in payloads if p["type"] == "response.output_item.done"]
+        return found + [c for item in items if item["type"] == "message" for c in item["content"]]
+
+    assert all(part["logprobs"] == [] for part in parts(recorded))
+    assert len(parts(ours)) == 3
+    for part in parts(ours):
+        assert part["logprobs"] == []
+        assert set(part) == {"type", "annotations", "logprobs", "text"}

@@ -291,7 +291,16 @@ def _anthropic(
         "usage": start_usage,
     }
     yield _event("message_start", {"type": "message_start", "message": message})
+    blocks = list(_anthropic_blocks(reply))
+    # Anthropic's ping comes right after the first content_block_start (if any).
+    yield from blocks[:1]
     yield _event("ping", {"type": "ping"})
+    yield from blocks[1:]
+    yield from _anthropic_end(reply, usage, request)
+
+
+def _anthropic_blocks(reply: Reply) -> Iterator[bytes]:
+    """The content block events of ``reply``: thinking, text, then ``tool_use`` blocks."""
     size = reply.chunk_size
     index = 0
 
@@ -318,13 +327,21 @@ def _anthropic(
         index += 1
     for call in reply.tool_calls:
         start = {"type": "tool_use", "id": _call_id(call, "toolu_"), "name": call.name, "input": {}}
+        # Anthropic opens a tool_use block's input with an empty piece.
         deltas = [
             {"type": "input_json_delta", "partial_json": p}
-            for p in _pieces(call.arguments_json(), size)
+            for p in ("", *_pieces(_anthropic_input(call), size))
         ]
         yield from block(start, deltas)
         index += 1
-    yield from _anthropic_end(reply, usage, request)
+
+
+def _anthropic_input(call: ToolCallSpec) -> str:
+    """The input JSON a ``tool_use`` block streams: none for empty arguments, as
+    Anthropic sends (its pieces build no ``{}``), else the arguments' JSON."""
+    if isinstance(call.arguments, Mapping) and not call.arguments:
+        return ""
+    return call.arguments_json()
 
 
 def _matched_stop_sequence(reply: Reply, request: Mapping[str, Any]) -> str | None:
@@ -470,7 +487,7 @@ def _responses_message(out: _ResponsesWriter, text: str, size: int) -> Iterator[
     }
     yield out.event("response.output_item.added", output_index=index, item=item)
     where = {"item_id": item_id, "output_index": index, "content_index": 0}
-    part = {"type": "output_text", "annotations": [], "text": ""}
+    part = {"type": "output_text", "annotations": [], "logprobs": [], "text": ""}
     yield out.event("response.content_part.added", **where, part=part)
     for piece in _pieces(text, size):
         yield out.event("response.output_text.delta", **where, delta=piece, logprobs=[])

@@ -138,7 +138,9 @@ class Reply:
     reasoning as DeepSeek's ``reasoning_content``, tool calls as
     ``tool_calls`` deltas whose arguments are split into ``chunk_size``
     pieces) and ``data: [DONE]``; Anthropic gets ``message_start`` …
-    ``message_stop`` with thinking, text and ``tool_use`` blocks; Responses
+    ``message_stop`` with thinking, text and ``tool_use`` blocks (``ping``
+    after the first block's start; a call's input opening with an empty piece,
+    and no other for empty arguments, as Anthropic streams them); Responses
     gets ``response.created`` … ``response.completed``, whose Response
     echoes the request's ``tools`` and ``tool_choice`` and whose usage always
     has its token details.
