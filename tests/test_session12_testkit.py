@@ -17,7 +17,7 @@ from rafrx import operators as ops
 from rafrx.content import ToolCallingContent
 from rafrx.sources import from_sse
 from rafrx.sources.clients import AnthropicClient
-from rafrx.testing import LLMServer, Reply, ToolCallSpec, render
+from rafrx.testing import Fault, LLMServer, Reply, ToolCallSpec, error_body, render
 
 CHAT = "/v1/chat/completions"
 MESSAGES = "/v1/messages"
@@ -370,3 +370,63 @@ def test_a_responses_output_text_part_has_its_logprobs() -> None:
     for part in parts(ours):
         assert part["logprobs"] == []
         assert set(part) == {"type", "annotations", "logprobs", "text"}
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize(
+    "fault",
+    [Fault.status(529), Fault.status(400, message="bad"), Fault.status(429, retry_after=1)],
+    ids=["529", "400", "429"],
+)
+async def test_an_anthropic_error_body_names_its_request_id(fault: Fault) -> None:
+    """Anthropic's error body carries ``request_id``, the id of its ``request-id``
+    header (``{"type": "error", "error": {...}, "request_id": "req_..."}``); the
+    server's had none, so an SDK's ``error.body`` lacked it."""
+    async with LLMServer() as server, aiohttp.ClientSession() as http:
+        server.enqueue(fault)
+        async with http.post(server.url + MESSAGES, json={"stream": True}) as resp:
+            body = await resp.json()
+    assert resp.status == fault.status_code
+    assert body["request_id"] == resp.headers["request-id"]
+    assert body["request_id"].startswith("req_")
+    assert set(body) == {"type", "error", "request_id"}
+
+
+@pytest.mark.asyncio
+async def test_an_anthropic_error_body_names_the_request_id_the_fault_sets() -> None:
+    async with LLMServer() as server, aiohttp.ClientSession() as http:
+        server.enqueue(Fault.status(500, headers={"Request-Id": "req_mine"}))
+        async with http.post(server.url + MESSAGES, json={"stream": True}) as resp:
+            body = await resp.json()
+    assert resp.headers["request-id"] == "req_mine"
+    assert body["request_id"] == "req_mine"
+
+
+@pytest.mark.asyncio
+async def test_the_servers_own_anthropic_errors_name_their_request_id() -> None:
+    async with (
+        LLMServer() as server,
+        aiohttp.ClientSession() as http,
+        http.post(server.url + MESSAGES, json={"stream": False}) as resp,
+    ):
+        body = await resp.json()
+    assert resp.status == 400
+    assert body["request_id"] == resp.headers["request-id"]
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("path", [CHAT, RESPONSES])
+async def test_an_openai_error_body_stays_as_openai_sends_it(path: str) -> None:
+    async with LLMServer() as server, aiohttp.ClientSession() as http:
+        server.enqueue(Fault.status(429))
+        async with http.post(server.url + path, json={"stream": True}) as resp:
+            body = await resp.json()
+    assert set(body) == {"error"}
+    assert set(body["error"]) == {"message", "type", "param", "code"}
+
+
+def test_error_body_takes_a_request_id_for_anthropic_only() -> None:
+    assert error_body("anthropic", 404, "no")["error"]["type"] == "not_found_error"
+    assert "request_id" not in error_body("anthropic", 404, "no")
+    assert error_body("anthropic", 404, "no", request_id="req_1")["request_id"] == "req_1"
+    assert "request_id" not in error_body("openai-chat", 404, "no", request_id="req_1")

@@ -534,26 +534,36 @@ def _responses_call(out: _ResponsesWriter, call: ToolCallSpec, size: int) -> Ite
 
 
 def error_body(
-    wire_format: WireFormat, status: int, message: str, error_type: str | None = None
+    wire_format: WireFormat,
+    status: int,
+    message: str,
+    error_type: str | None = None,
+    *,
+    request_id: str | None = None,
 ) -> dict[str, Any]:
     """The JSON error body a provider sends with an HTTP error status.
 
-    Anthropic's is ``{"type": "error", "error": {"type", "message"}}``;
-    OpenAI's (chat and Responses) ``{"error": {"message", "type", "param",
-    "code"}}`` with the type and code OpenAI pairs with the status
-    (401 ``invalid_api_key``, 404 ``model_not_found``, 429
+    Anthropic's is ``{"type": "error", "error": {"type", "message"},
+    "request_id"}`` (the id of its ``request-id`` header; left out when
+    ``request_id`` is ``None``); OpenAI's (chat and Responses) ``{"error":
+    {"message", "type", "param", "code"}}`` with the type and code OpenAI
+    pairs with the status (401 ``invalid_api_key``, 404 ``model_not_found``, 429
     ``rate_limit_exceeded``, else ``null``). ``error_type`` replaces the type.
 
     Example:
-        >>> error_body("anthropic", 529, "Overloaded")["error"]
-        {'type': 'overloaded_error', 'message': 'Overloaded'}
+        >>> error_body("anthropic", 529, "Overloaded", request_id="req_1")
+        {'type': 'error', 'error': {'type': 'overloaded_error', 'message': 'Overloaded'}, \
+'request_id': 'req_1'}
         >>> error = error_body("openai-chat", 429, "Rate limit reached")["error"]
         >>> error["type"], error["code"]
         ('requests', 'rate_limit_exceeded')
     """
     if wire_format == "anthropic":
         kind = error_type or _ANTHROPIC_ERROR_TYPES.get(status, "api_error")
-        return {"type": "error", "error": {"type": kind, "message": message}}
+        body: dict[str, Any] = {"type": "error", "error": {"type": kind, "message": message}}
+        if request_id is not None:
+            body["request_id"] = request_id
+        return body
     kind, code = _OPENAI_ERRORS.get(status, ("server_error", None))
     return {"error": {"message": message, "type": error_type or kind, "param": None, "code": code}}
 

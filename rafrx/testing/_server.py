@@ -191,7 +191,8 @@ class LLMServer:
     512 levels deep (recorded with ``json`` ``None``), with a message saying
     which. Every body the server takes, up to that depth, gets its answer.
     Every answer carries the provider's request id header (Anthropic's
-    ``request-id``, OpenAI's ``x-request-id``).
+    ``request-id``, OpenAI's ``x-request-id``); an Anthropic error's body
+    names it too (``request_id``), as Anthropic's does.
 
     Args:
         host: The interface to listen on.

@@ -494,6 +494,7 @@ async def test_status_fault_sends_the_providers_error_json(
         assert data == {
             "type": "error",
             "error": {"type": "rate_limit_error", "message": "Slow down"},
+            "request_id": headers["request-id"],  # (as Anthropic's body names it)
         }
     else:
         assert data == {
