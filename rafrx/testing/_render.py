@@ -196,7 +196,7 @@ def render_events(
         include_usage = isinstance(options, Mapping) and bool(options.get("include_usage"))
         return list(_openai_chat(reply, model, usage, include_usage))
     if wire_format == "anthropic":
-        return list(_anthropic(reply, model, usage))
+        return list(_anthropic(reply, model, usage, request))
     if wire_format == "openai-responses":
         return list(_responses(reply, model, usage, request))
     raise ValueError(f"unknown wire format {wire_format!r}")
@@ -272,7 +272,9 @@ def _openai_chat(reply: Reply, model: str, usage: Usage, include_usage: bool) ->
 # ------------------------------------------------------------------ Anthropic
 
 
-def _anthropic(reply: Reply, model: str, usage: Usage) -> Iterator[bytes]:
+def _anthropic(
+    reply: Reply, model: str, usage: Usage, request: Mapping[str, Any]
+) -> Iterator[bytes]:
     start_usage: dict[str, Any] = {"input_tokens": usage.prompt_tokens, "output_tokens": 1}
     if usage.cached_tokens is not None:
         # Anthropic's input_tokens leave out the tokens read from the cache.
@@ -289,7 +291,16 @@ def _anthropic(reply: Reply, model: str, usage: Usage) -> Iterator[bytes]:
         "usage": start_usage,
     }
     yield _event("message_start", {"type": "message_start", "message": message})
+    blocks = list(_anthropic_blocks(reply))
+    # Anthropic's ping comes right after the first content_block_start (if any).
+    yield from blocks[:1]
     yield _event("ping", {"type": "ping"})
+    yield from blocks[1:]
+    yield from _anthropic_end(reply, usage, request)
+
+
+def _anthropic_blocks(reply: Reply) -> Iterator[bytes]:
+    """The content block events of ``reply``: thinking, text, then ``tool_use`` blocks."""
     size = reply.chunk_size
     index = 0
 
@@ -316,26 +327,48 @@ def _anthropic(reply: Reply, model: str, usage: Usage) -> Iterator[bytes]:
         index += 1
     for call in reply.tool_calls:
         start = {"type": "tool_use", "id": _call_id(call, "toolu_"), "name": call.name, "input": {}}
+        # Anthropic opens a tool_use block's input with an empty piece.
         deltas = [
             {"type": "input_json_delta", "partial_json": p}
-            for p in _pieces(call.arguments_json(), size)
+            for p in ("", *_pieces(_anthropic_input(call), size))
         ]
         yield from block(start, deltas)
         index += 1
-    yield from _anthropic_end(reply, usage)
 
 
-def _anthropic_end(reply: Reply, usage: Usage) -> Iterator[bytes]:
+def _anthropic_input(call: ToolCallSpec) -> str:
+    """The input JSON a ``tool_use`` block streams: none for empty arguments, as
+    Anthropic sends (its pieces build no ``{}``), else the arguments' JSON."""
+    if isinstance(call.arguments, Mapping) and not call.arguments:
+        return ""
+    return call.arguments_json()
+
+
+def _matched_stop_sequence(reply: Reply, request: Mapping[str, Any]) -> str | None:
+    """The ``stop_sequence`` of Anthropic's ``message_delta``: ``None`` unless the
+    reply stopped at one; then the reply's, else the first of the request's."""
+    if reply.finish != "stop_sequence":
+        return None
+    if reply.stop_sequence is not None:
+        return reply.stop_sequence
+    asked = request.get("stop_sequences")
+    if not isinstance(asked, list):
+        return None
+    return next((sequence for sequence in asked if isinstance(sequence, str)), None)
+
+
+def _anthropic_end(reply: Reply, usage: Usage, request: Mapping[str, Any]) -> Iterator[bytes]:
     """``message_delta`` and ``message_stop``, or the ``error`` event of a failure."""
     if reply.finish_reason is FinishReason.ERROR:
         yield _event("error", {"type": "error", "error": _ANTHROPIC_STREAM_ERROR})
         return
     stop_reason = _spelled(reply, _ANTHROPIC_SPELLINGS, _ANTHROPIC_STOP)
+    stop_sequence = _matched_stop_sequence(reply, request)
     yield _event(
         "message_delta",
         {
             "type": "message_delta",
-            "delta": {"stop_reason": stop_reason, "stop_sequence": None},
+            "delta": {"stop_reason": stop_reason, "stop_sequence": stop_sequence},
             "usage": {"output_tokens": usage.completion_tokens},
         },
     )
@@ -454,7 +487,7 @@ def _responses_message(out: _ResponsesWriter, text: str, size: int) -> Iterator[
     }
     yield out.event("response.output_item.added", output_index=index, item=item)
     where = {"item_id": item_id, "output_index": index, "content_index": 0}
-    part = {"type": "output_text", "annotations": [], "text": ""}
+    part = {"type": "output_text", "annotations": [], "logprobs": [], "text": ""}
     yield out.event("response.content_part.added", **where, part=part)
     for piece in _pieces(text, size):
         yield out.event("response.output_text.delta", **where, delta=piece, logprobs=[])
@@ -501,26 +534,36 @@ def _responses_call(out: _ResponsesWriter, call: ToolCallSpec, size: int) -> Ite
 
 
 def error_body(
-    wire_format: WireFormat, status: int, message: str, error_type: str | None = None
+    wire_format: WireFormat,
+    status: int,
+    message: str,
+    error_type: str | None = None,
+    *,
+    request_id: str | None = None,
 ) -> dict[str, Any]:
     """The JSON error body a provider sends with an HTTP error status.
 
-    Anthropic's is ``{"type": "error", "error": {"type", "message"}}``;
-    OpenAI's (chat and Responses) ``{"error": {"message", "type", "param",
-    "code"}}`` with the type and code OpenAI pairs with the status
-    (401 ``invalid_api_key``, 404 ``model_not_found``, 429
+    Anthropic's is ``{"type": "error", "error": {"type", "message"},
+    "request_id"}`` (the id of its ``request-id`` header; left out when
+    ``request_id`` is ``None``); OpenAI's (chat and Responses) ``{"error":
+    {"message", "type", "param", "code"}}`` with the type and code OpenAI
+    pairs with the status (401 ``invalid_api_key``, 404 ``model_not_found``, 429
     ``rate_limit_exceeded``, else ``null``). ``error_type`` replaces the type.
 
     Example:
-        >>> error_body("anthropic", 529, "Overloaded")["error"]
-        {'type': 'overloaded_error', 'message': 'Overloaded'}
+        >>> error_body("anthropic", 529, "Overloaded", request_id="req_1")
+        {'type': 'error', 'error': {'type': 'overloaded_error', 'message': 'Overloaded'}, \
+'request_id': 'req_1'}
         >>> error = error_body("openai-chat", 429, "Rate limit reached")["error"]
         >>> error["type"], error["code"]
         ('requests', 'rate_limit_exceeded')
     """
     if wire_format == "anthropic":
         kind = error_type or _ANTHROPIC_ERROR_TYPES.get(status, "api_error")
-        return {"type": "error", "error": {"type": kind, "message": message}}
+        body: dict[str, Any] = {"type": "error", "error": {"type": kind, "message": message}}
+        if request_id is not None:
+            body["request_id"] = request_id
+        return body
     kind, code = _OPENAI_ERRORS.get(status, ("server_error", None))
     return {"error": {"message": message, "type": error_type or kind, "param": None, "code": code}}
 

@@ -108,6 +108,21 @@ def _finish(value: FinishReason | str | None) -> FinishReason | str | None:
     return FinishReason(spelling) if spelling in _REASONS else spelling
 
 
+def _stop_sequence(instance: Any, attribute: Any, value: str | None) -> None:
+    """Refuse a ``Reply.stop_sequence`` that is no string, or empty.
+
+    Raises:
+        TypeError: ``value`` is neither a string nor ``None``.
+        ValueError: ``value`` is empty (no sequence matched).
+    """
+    if value is None:
+        return
+    if not isinstance(value, str):
+        raise TypeError(f"Reply.stop_sequence takes a string, not {value!r}")
+    if not value:
+        raise ValueError("Reply.stop_sequence is the sequence that matched: not empty")
+
+
 def _positive(instance: Any, attribute: Any, value: int) -> None:
     if value < 1:
         raise ValueError(f"{attribute.name} must be >= 1, got {value}")
@@ -123,7 +138,9 @@ class Reply:
     reasoning as DeepSeek's ``reasoning_content``, tool calls as
     ``tool_calls`` deltas whose arguments are split into ``chunk_size``
     pieces) and ``data: [DONE]``; Anthropic gets ``message_start`` …
-    ``message_stop`` with thinking, text and ``tool_use`` blocks; Responses
+    ``message_stop`` with thinking, text and ``tool_use`` blocks (``ping``
+    after the first block's start; a call's input opening with an empty piece,
+    and no other for empty arguments, as Anthropic streams them); Responses
     gets ``response.created`` … ``response.completed``, whose Response
     echoes the request's ``tools`` and ``tool_choice`` and whose usage always
     has its token details.
@@ -155,6 +172,17 @@ class Reply:
         chunk_size: Characters per text, reasoning or argument delta.
         delay: Seconds to wait between events.
         model: The model name reported; by default the request's ``model``.
+        stop_sequence: The stop sequence that matched, for ``finish="stop_sequence"``
+            (which it implies when ``finish`` is not given; with another finish it
+            is a ``ValueError``). Anthropic's ``message_delta`` sends it as its
+            ``stop_sequence``; by default that is the first of the request's
+            ``stop_sequences``, ``null`` when it had none. OpenAI chat names no
+            sequence (``finish_reason: "stop"``), and Responses has no stop
+            sequences (``response.completed``).
+
+    Example:
+        >>> Reply(text="1, 2, 3", stop_sequence="4").finish
+        'stop_sequence'
     """
 
     text: str = ""
@@ -165,6 +193,18 @@ class Reply:
     chunk_size: int = attrs.field(default=8, validator=_positive)
     delay: float = 0.0
     model: str | None = None
+    stop_sequence: str | None = attrs.field(default=None, validator=_stop_sequence)
+
+    def __attrs_post_init__(self) -> None:
+        if self.stop_sequence is None:
+            return
+        if self.finish is None:  # (a matched stop sequence says why the reply ended)
+            object.__setattr__(self, "finish", "stop_sequence")
+        elif self.finish != "stop_sequence":
+            raise ValueError(
+                "Reply.stop_sequence is the stop sequence that matched: it goes with"
+                f' finish="stop_sequence" (or no finish), not finish={self.finish!r}'
+            )
 
     @property
     def finish_reason(self) -> FinishReason:

@@ -226,7 +226,10 @@ def _status(fault: Fault, wire_format: WireFormat) -> web.Response:
     payload = fault.error_body
     if payload is None:
         message = fault.message or _reason(fault.status_code)
-        payload = error_body(wire_format, fault.status_code, message, fault.error_type)
+        request_id = headers.get("request-id")  # (Anthropic's body names it too)
+        payload = error_body(
+            wire_format, fault.status_code, message, fault.error_type, request_id=request_id
+        )
     if isinstance(payload, Mapping):
         headers.setdefault("Content-Type", "application/json")
         data = json.dumps(payload).encode()

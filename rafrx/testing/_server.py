@@ -68,8 +68,16 @@ def _script_error(exc: Exception) -> str:
     return f"script raised {name}{ran_out}"
 
 
-#: The message of the HTTP 400 a body nested deeper than the JSON parser goes gets.
-_TOO_DEEP = "The request body is JSON nested too deeply to parse."
+#: The deepest nesting of arrays and objects a request body may have: a body the
+#: server takes is one it can answer (the answer writes parts of it back as JSON,
+#: which recursion bounds too), and the limit is the same on every stack.
+_MAX_BODY_DEPTH = 512
+
+#: The message of the HTTP 400 a body nested deeper than ``_MAX_BODY_DEPTH`` gets.
+_TOO_DEEP = (
+    "The request body is JSON nested too deeply: this test server takes"
+    f" at most {_MAX_BODY_DEPTH} levels of arrays and objects."
+)
 
 #: The message of the HTTP 400 a body that is not JSON gets (as OpenAI words it).
 _NOT_JSON = "We could not parse the JSON body of your request: it is not JSON."
@@ -77,7 +85,8 @@ _NOT_JSON = "We could not parse the JSON body of your request: it is not JSON."
 
 def _parse_body(raw: bytes) -> tuple[Any, str | None]:
     """A request body's JSON (``None`` when it is empty or no JSON), and why it
-    cannot be answered: it is not JSON, or nested too deeply to parse.
+    cannot be answered: it is not JSON, or nested more than ``_MAX_BODY_DEPTH``
+    levels deep.
 
     Example:
         >>> _parse_body(b'{"stream": true}'), _parse_body(b"")
@@ -86,11 +95,38 @@ def _parse_body(raw: bytes) -> tuple[Any, str | None]:
         'We could not parse the JSON body of your request: it is not JSON.'
     """
     try:
-        return (json.loads(raw) if raw else None), None
+        body = json.loads(raw) if raw else None
     except ValueError:
         return None, _NOT_JSON
     except RecursionError:
         return None, _TOO_DEEP
+    # (a body with fewer brackets than the limit, strings' included, is not that deep)
+    if raw.count(b"[") + raw.count(b"{") > _MAX_BODY_DEPTH and _nested_deeper_than(
+        body, _MAX_BODY_DEPTH
+    ):
+        return None, _TOO_DEEP
+    return body, None
+
+
+def _nested_deeper_than(value: Any, limit: int) -> bool:
+    """Whether ``value`` nests arrays and objects more than ``limit`` levels deep,
+    found level by level, without recursion.
+
+    Example:
+        >>> _nested_deeper_than({"a": [[1]]}, 3), _nested_deeper_than({"a": [[1]]}, 2)
+        (False, True)
+    """
+    level = [value] if isinstance(value, dict | list) else []
+    for _ in range(limit):
+        level = [
+            child
+            for node in level
+            for child in (node.values() if isinstance(node, dict) else node)
+            if isinstance(child, dict | list)
+        ]
+        if not level:
+            return False
+    return bool(level)
 
 
 def _streaming(body: Any) -> bool:
@@ -151,10 +187,12 @@ class LLMServer:
     The server only streams, as rafrx's clients always ask: a request whose
     JSON body lacks ``"stream": true`` is recorded, then answered HTTP 400 in
     the provider's error shape saying so, and takes no answer from the queue;
-    so is one whose body is not JSON, or nested too deeply to parse (recorded
-    with ``json`` ``None``), with a message saying which.
+    so is one whose body is not JSON, or nests arrays and objects more than
+    512 levels deep (recorded with ``json`` ``None``), with a message saying
+    which. Every body the server takes, up to that depth, gets its answer.
     Every answer carries the provider's request id header (Anthropic's
-    ``request-id``, OpenAI's ``x-request-id``).
+    ``request-id``, OpenAI's ``x-request-id``); an Anthropic error's body
+    names it too (``request_id``), as Anthropic's does.
 
     Args:
         host: The interface to listen on.

@@ -147,7 +147,7 @@ async def test_anthropic_reply_is_well_formed_events(
     events = parse_events(body)
     assert all(name == data["type"] for name, data in events)
     names = [name for name, _ in events]
-    assert names[:2] == ["message_start", "ping"]
+    assert names[:3] == ["message_start", "content_block_start", "ping"]  # (as Anthropic's)
     assert names[-2:] == ["message_delta", "message_stop"]
     assert events[0][1]["message"]["model"] == "claude-x"
     assert events[0][1]["message"]["usage"]["input_tokens"] == 11
@@ -494,6 +494,7 @@ async def test_status_fault_sends_the_providers_error_json(
         assert data == {
             "type": "error",
             "error": {"type": "rate_limit_error", "message": "Slow down"},
+            "request_id": headers["request-id"],  # (as Anthropic's body names it)
         }
     else:
         assert data == {
