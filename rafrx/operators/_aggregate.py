@@ -29,6 +29,7 @@ from rafrx.messages import (
     ToolCall,
     provider_data_of,
 )
+from rafrx.operators._inputs import not_a_result
 from rafrx.operators._reducer import reducer_operator
 from rafrx.response import AgentResponse, AgentResponseResult, FinishReason, Usage
 from rafrx.typing import Operator
@@ -146,6 +147,10 @@ class ResponseAggregator:
         self._finish: FinishReason | None = None
 
     def step(self, result: AgentResponseResult) -> Sequence[AgentResponse]:
+        try:
+            contents = result.contents
+        except AttributeError:
+            raise not_a_result(result, "aggregate()") from None
         if result.id is not None:
             self._id = result.id
         if result.model is not None:
@@ -156,7 +161,7 @@ class ResponseAggregator:
         if not steps:
             steps.append(_Step())
         step = steps[-1]
-        for content in result.contents:
+        for content in contents:
             if type(content) not in _AGGREGATED:
                 continue  # argument deltas, progress, ends: the response does not keep them
             if isinstance(content, TextContent):

@@ -25,6 +25,7 @@ from rafrx.errors import (
 )
 from rafrx.events import FinishEvent, ResponseStartedEvent, ToolApprovalRequestEvent
 from rafrx.messages import MCP_APPROVAL_RESPONSE
+from rafrx.operators._inputs import not_a_result
 from rafrx.response import AgentResponseResult
 from rafrx.tools import Tool, ToolApprovalResponse, as_tool, format_result
 from rafrx.typing import Operator
@@ -131,6 +132,11 @@ class _Runner:
     def on_next(self, result: AgentResponseResult) -> None:
         if self.stopped:
             return
+        try:
+            contents = result.contents
+        except AttributeError:
+            self.on_error(not_a_result(result, "execute_tools()"))
+            return
         if result.events:
             for event in result.events:
                 if isinstance(event, ResponseStartedEvent):
@@ -140,7 +146,7 @@ class _Runner:
                 elif isinstance(event, FinishEvent):
                     self.end_call()
         if self.closed or self.open_requests:  # (else nothing to forget: most results)
-            for content in result.contents:  # a new call: answers to its id may come on sight
+            for content in contents:  # a new call: answers to its id may come on sight
                 if isinstance(content, ToolCallingContent) and content.call_id not in self.seen:
                     self.closed.discard(content.call_id)
                     self.open_requests.pop(content.call_id, None)  # (its request is to come)
@@ -148,7 +154,7 @@ class _Runner:
             if isinstance(event, ToolApprovalRequestEvent):
                 self.open(event)  # (the provider's: answers may come as it is seen)
         self.observer.on_next(result)
-        for content in result.contents:
+        for content in contents:
             if self.stopped:
                 return
             if isinstance(content, ToolCalledContent):  # answered upstream (the provider ran

@@ -1,0 +1,74 @@
+"""Regression tests of what a new user of rafrx hit first (session 12, "new user" hunt):
+someone building an agent and its UI who tries the README, the CLI and the docstrings,
+and makes the mistakes a newcomer makes.
+
+Each failed on the commit before its fix: the mistake gave an ``AttributeError`` from
+deep inside an operator or the agent loop (or was accepted and did something else)
+instead of a ``TypeError`` saying what was wrong and what to write instead. HTTP
+exchanges are real aiohttp over 127.0.0.1 (``rafrx.testing.LLMServer``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import reactivex
+
+from rafrx import FinishReason, collect_agent_response
+from rafrx import operators as ops
+from rafrx import updates as u
+
+
+def updates() -> reactivex.Observable[Any]:
+    """A text answer as raw updates, as a client's ``stream()`` gives it."""
+    return reactivex.of(
+        u.ResponseMetadata("r1", "m"), u.TextDelta("Hi"), u.Finish(FinishReason.STOP)
+    )
+
+
+# --------------------------------------------- an operator over results given updates
+
+
+@pytest.mark.parametrize(
+    ("name", "operator"),
+    [
+        ("aggregate()", ops.aggregate),
+        ("parse_args_stream()", ops.parse_args_stream),
+        ("flush_tool_calls()", ops.flush_tool_calls),
+    ],
+)
+def test_an_operator_over_results_given_updates_says_to_convert_first(
+    name: str, operator: Any
+) -> None:
+    """``client.stream(...).pipe(aggregate())``, ``convert()`` forgotten: it was
+    ``AttributeError: 'ResponseMetadata' object has no attribute 'events'``."""
+    with pytest.raises(TypeError) as caught:
+        updates().pipe(operator()).run()
+    message = str(caught.value)
+    assert name in message
+    assert "ResponseMetadata" in message
+    assert "convert()" in message
+
+
+@pytest.mark.asyncio
+async def test_collect_agent_response_of_updates_says_to_convert_first() -> None:
+    """The README's ``collect_agent_response(results)`` given ``client.stream(...)``."""
+    with pytest.raises(TypeError, match=r"aggregate\(\) takes AgentResponseResults.*convert\(\)"):
+        await collect_agent_response(updates())
+
+
+@pytest.mark.asyncio
+async def test_execute_tools_given_updates_says_to_convert_first() -> None:
+    with pytest.raises(TypeError, match=r"execute_tools\(\) takes AgentResponseResults"):
+        await updates().pipe(ops.execute_tools([]))
+
+
+def test_an_operator_over_results_given_something_else_names_it() -> None:
+    expected = r"aggregate\(\) takes AgentResponseResults, got 'Hi', a str"
+    with pytest.raises(TypeError, match=expected):
+        reactivex.of("Hi").pipe(ops.aggregate()).run()
+
+
+def test_the_fused_pipeline_still_aggregates() -> None:
+    assert updates().pipe(ops.convert(), ops.aggregate()).run().text == "Hi"
