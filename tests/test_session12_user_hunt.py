@@ -72,3 +72,32 @@ def test_an_operator_over_results_given_something_else_names_it() -> None:
 
 def test_the_fused_pipeline_still_aggregates() -> None:
     assert updates().pipe(ops.convert(), ops.aggregate()).run().text == "Hi"
+
+
+# --------------------------------------------- an operator factory given to pipe() uncalled
+
+
+@pytest.mark.parametrize(
+    ("name", "factory"),
+    [
+        ("convert", ops.convert),
+        ("accumulate_tool_calls", ops.accumulate_tool_calls),
+        ("flush_tool_calls", ops.flush_tool_calls),
+        ("aggregate", ops.aggregate),
+        ("execute_tools", ops.execute_tools),
+    ],
+)
+def test_an_operator_factory_given_to_pipe_uncalled_says_to_call_it(
+    name: str, factory: Any
+) -> None:
+    """``stream.pipe(ops.convert, ops.aggregate())``: pipe() called the factory with the
+    stream as ``eager`` (``agent_id``, ``tools`` …), which made an operator function that
+    the next stage took for an observable: ``AttributeError: 'function' object has no
+    attribute 'subscribe'`` (or ``'run'``): the last stage gave back a function."""
+    with pytest.raises(TypeError, match=rf"{name} makes an operator: call it in pipe\(\)"):
+        updates().pipe(factory)
+
+
+def test_an_operator_factory_called_in_pipe_still_works() -> None:
+    response = updates().pipe(ops.convert(False), ops.aggregate(None)).run()
+    assert response.text == "Hi"

@@ -1,16 +1,34 @@
-"""What an operator over result chunks says when it is given something else.
+"""What an operator says when it is given the wrong thing: the mistakes of a newcomer.
 
 Example:
     >>> from rafrx import updates as u
     >>> print(not_a_result(u.TextDelta("Hi"), "aggregate()"))
     aggregate() takes AgentResponseResults, got TextDelta(delta='Hi'), an update: put convert() before it (updates -> results)
+    >>> import reactivex
+    >>> not_a_source(reactivex.of(1), "convert")
+    Traceback (most recent call last):
+    ...
+    TypeError: convert makes an operator: call it in pipe(), as convert(...); pipe(convert) gave it the stream as its first argument
 """  # noqa: E501
 
 from __future__ import annotations
 
+from reactivex import Observable
+
 from rafrx.updates import Update
 
-__all__ = ["not_a_result"]
+__all__ = ["not_a_result", "not_a_source"]
+
+
+def not_a_source(first: object, factory: str) -> None:
+    """Raise ``TypeError`` when ``first``, the first argument of the operator factory
+    named ``factory``, is an observable: the factory itself was given to ``pipe()``
+    (``pipe(convert)``), which called it with the stream."""
+    if isinstance(first, Observable):
+        raise TypeError(
+            f"{factory} makes an operator: call it in pipe(), as {factory}(...); "
+            f"pipe({factory}) gave it the stream as its first argument"
+        )
 
 
 def not_a_result(item: object, operator: str) -> TypeError:
