@@ -15,9 +15,18 @@ from typing import Any
 import pytest
 import reactivex
 
-from rafrx import FinishReason, collect_agent_response
+from rafrx import (
+    Agent,
+    ChatMessage,
+    FinishReason,
+    InMemoryHistoryProvider,
+    collect_agent_response,
+    tool,
+)
 from rafrx import operators as ops
 from rafrx import updates as u
+from rafrx.sources.clients import OpenAIChatClient
+from rafrx.testing import LLMServer, Reply, ToolCallSpec
 
 
 def updates() -> reactivex.Observable[Any]:
@@ -25,6 +34,13 @@ def updates() -> reactivex.Observable[Any]:
     return reactivex.of(
         u.ResponseMetadata("r1", "m"), u.TextDelta("Hi"), u.Finish(FinishReason.STOP)
     )
+
+
+class _Client:
+    """A client never asked to stream."""
+
+    def stream(self, messages: Any, tools: Any = None) -> Any:
+        raise AssertionError("not called")
 
 
 # --------------------------------------------- an operator over results given updates
@@ -101,3 +117,89 @@ def test_an_operator_factory_given_to_pipe_uncalled_says_to_call_it(
 def test_an_operator_factory_called_in_pipe_still_works() -> None:
     response = updates().pipe(ops.convert(False), ops.aggregate(None)).run()
     assert response.text == "Hi"
+
+
+# --------------------------------------------- an agent given what it cannot use
+
+
+@pytest.mark.parametrize("approver", [True, False, "yes"])
+def test_an_approver_that_cannot_answer_is_refused_when_given(approver: Any) -> None:
+    """``Agent(client, approver=True)`` meaning "approve everything": it was taken, and each
+    call of a tool that requires approval was denied, the model reading "TypeError: 'bool'
+    object is not callable"."""
+    with pytest.raises(TypeError, match=r"an approver is a callable .*lambda event: True"):
+        Agent(_Client(), approver=approver)
+    with pytest.raises(TypeError, match=r"an approver is a callable"):
+        ops.execute_tools([], approver)
+    agent = Agent(_Client())
+    with pytest.raises(TypeError, match=r"an approver is a callable"):
+        agent.approver = approver
+    assert agent.approver is None
+
+
+@pytest.mark.asyncio
+async def test_an_agent_with_a_lambda_approver_approves() -> None:
+    @tool(requires_approval=True)
+    def delete(path: str) -> str:
+        "Delete a file."
+        return f"deleted {path}"
+
+    async with LLMServer() as server:
+        server.enqueue(Reply(tool_calls=[ToolCallSpec("delete", {"path": "a"})]), Reply(text="ok"))
+        async with OpenAIChatClient(server.url, model="m") as client:
+            agent = Agent(client, tools=[delete], approver=lambda event: True)
+            response = await agent.send("Delete a.")
+    assert [m.content for m in response.tool_messages] == ["deleted a"]
+
+
+@pytest.mark.parametrize(
+    ("client", "said"),
+    [("gpt-4o", "a str"), (OpenAIChatClient, "the class OpenAIChatClient"), (None, "a NoneType")],
+)
+def test_an_agent_without_a_client_is_refused_when_made(client: Any, said: str) -> None:
+    """``Agent("gpt-4o")`` (other agent libraries take a model name) was taken; its first
+    turn failed with ``AttributeError: 'str' object has no attribute 'stream'``."""
+    with pytest.raises(TypeError, match=rf"stream\(messages, tools\) method.*not {said}"):
+        Agent(client)
+    agent = Agent(_Client())
+    with pytest.raises(TypeError, match="stream"):
+        agent.client = client
+
+
+@pytest.mark.parametrize(
+    ("history", "said"),
+    [
+        ([ChatMessage.user("Hi")], "a list"),
+        (InMemoryHistoryProvider, r"the class InMemoryHistoryProvider \(give an instance\)"),
+    ],
+)
+def test_a_history_without_load_and_save_is_refused_when_given(history: Any, said: str) -> None:
+    """``Agent(client, history=[...messages])`` was taken; its first turn failed with
+    ``AttributeError: 'list' object has no attribute 'load'``."""
+    with pytest.raises(TypeError, match=rf"InMemoryHistoryProvider\(messages\).*not {said}"):
+        Agent(_Client(), history=history)
+    agent = Agent(_Client(), history=InMemoryHistoryProvider())
+    with pytest.raises(TypeError, match="load"):
+        agent.history = history
+
+
+@pytest.mark.asyncio
+async def test_a_history_of_sync_methods_still_serves() -> None:
+    """The agent awaits a provider's methods only when they return awaitables."""
+
+    class Kept:
+        def __init__(self) -> None:
+            self.messages: list[ChatMessage] = []
+
+        def load(self) -> list[ChatMessage]:
+            return list(self.messages)
+
+        def save(self, messages: Any) -> None:
+            self.messages.extend(messages)
+
+    kept = Kept()
+    async with LLMServer() as server:
+        server.enqueue(Reply(text="Hello."))
+        async with OpenAIChatClient(server.url, model="m") as client:
+            await Agent(client, history=kept).send("Hi")  # type: ignore[arg-type]
+    assert [m.content for m in kept.messages] == ["Hi", "Hello."]

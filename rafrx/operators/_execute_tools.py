@@ -42,6 +42,25 @@ Approver: TypeAlias = (
 """An async or sync callable answering approval requests, or an observable of answers."""
 
 
+def check_approver(approver: object) -> None:
+    """Raise ``TypeError`` unless ``approver`` is one (or ``None``): a callable or an
+    observable. A bool or a str would fail at each request, denying every call.
+
+    Example:
+        >>> check_approver(True)
+        Traceback (most recent call last):
+        ...
+        TypeError: an approver is a callable answering each ToolApprovalRequestEvent (lambda event: True approves every call) or an observable of ToolApprovalResponse, not True
+    """  # noqa: E501
+    if approver is None or callable(approver) or isinstance(approver, Observable):
+        return
+    shown = repr(approver) if isinstance(approver, bool) else f"a {type(approver).__name__}"
+    raise TypeError(
+        "an approver is a callable answering each ToolApprovalRequestEvent (lambda event: "
+        f"True approves every call) or an observable of ToolApprovalResponse, not {shown}"
+    )
+
+
 def clip(text: str, limit: int) -> str:
     """``text`` cut to ``limit`` characters, with a marker saying how much was cut.
 
@@ -547,6 +566,7 @@ def execute_tools(
     answered (or timed out) already, shared with other subscriptions (an agent's turn
     makes one per LLM call), whose late answers are dropped (see ``_Runner.closed``)."""
     table = tool_table(tools)
+    check_approver(approver)
     if concurrency < 1:
         raise ValueError(f"concurrency must be at least 1, got {concurrency}")
     if max_result_chars < 0:
