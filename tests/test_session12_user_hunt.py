@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 import reactivex
 
+import rafrx
 from rafrx import (
     Agent,
     ChatMessage,
@@ -203,3 +204,47 @@ async def test_a_history_of_sync_methods_still_serves() -> None:
         async with OpenAIChatClient(server.url, model="m") as client:
             await Agent(client, history=kept).send("Hi")  # type: ignore[arg-type]
     assert [m.content for m in kept.messages] == ["Hi", "Hello."]
+
+
+# --------------------------------------------- a view or a collector given no stream
+
+
+@pytest.mark.asyncio
+async def test_live_given_the_coroutine_of_send_says_to_give_run() -> None:
+    """``await live(agent.send("Hi"))``: the view showed "error: AttributeError: 'coroutine'
+    object has no attribute 'subscribe'", then Python warned the coroutine was never
+    awaited (the turn never ran)."""
+    agent = Agent(_Client())
+    pending = agent.send("Hi")
+    shown: list[Any] = []
+    with pytest.raises(TypeError, match=r"live\(\) takes a stream .*agent\.run\(\.\.\.\) its"):
+        rafrx.live(pending, display=lambda obj, display_id: shown.append(obj))
+    assert pending.cr_frame is None  # closed: no "never awaited" warning
+    assert shown == []  # no view of a failure that is the caller's
+
+
+@pytest.mark.asyncio
+async def test_collect_agent_response_given_a_response_names_it() -> None:
+    response = updates().pipe(ops.convert(), ops.aggregate()).run()
+    expected = r"collect_agent_response\(\) takes a stream .*, not an AgentResponse"
+    with pytest.raises(TypeError, match=expected):
+        await collect_agent_response(response)  # type: ignore[arg-type]
+
+
+@pytest.mark.asyncio
+async def test_live_still_shows_an_agent_turn() -> None:
+    async with LLMServer() as server:
+        server.enqueue(Reply(text="Hello."))
+        async with OpenAIChatClient(server.url, model="m") as client:
+            view = rafrx.live(Agent(client).run("Hi"), display=_Shown)
+            assert (await view).text == "Hello."
+
+
+class _Shown:
+    """A display handle that keeps nothing (``display(obj, display_id=True)``)."""
+
+    def __init__(self, obj: Any, display_id: bool) -> None:
+        pass
+
+    def update(self, obj: Any) -> None:
+        pass

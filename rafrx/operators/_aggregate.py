@@ -29,7 +29,7 @@ from rafrx.messages import (
     ToolCall,
     provider_data_of,
 )
-from rafrx.operators._inputs import not_a_result
+from rafrx.operators._inputs import check_stream, not_a_result
 from rafrx.operators._reducer import reducer_operator
 from rafrx.response import AgentResponse, AgentResponseResult, FinishReason, Usage
 from rafrx.typing import Operator
@@ -315,6 +315,7 @@ async def collect_agent_response(
         >>> asyncio.run(collect_agent_response(results)).text
         'Hi there'
     """
+    check_stream(results, "collect_agent_response()")
     outcome: Outcome[AgentResponse] = Outcome()
     subscription = results.pipe(aggregate(agent_id)).subscribe(
         outcome.set_result, outcome.set_exception
