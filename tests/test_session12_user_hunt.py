@@ -10,6 +10,8 @@ exchanges are real aiohttp over 127.0.0.1 (``rafrx.testing.LLMServer``).
 
 from __future__ import annotations
 
+import gc
+import weakref
 from typing import Any
 
 import pytest
@@ -26,6 +28,9 @@ from rafrx import (
 )
 from rafrx import operators as ops
 from rafrx import updates as u
+from rafrx.errors import IncompleteStream
+from rafrx.recorder import sample
+from rafrx.sources import from_sse
 from rafrx.sources.clients import OpenAIChatClient
 from rafrx.testing import LLMServer, Reply, ToolCallSpec
 
@@ -248,3 +253,52 @@ class _Shown:
 
     def update(self, obj: Any) -> None:
         pass
+
+
+# --------------------------------------------- a body decoded with another dialect
+
+
+@pytest.mark.parametrize(
+    ("recorded", "decoded_as"),
+    [
+        ("anthropic", "openai-chat"),
+        ("openai-responses", "openai-chat"),
+        ("openai-chat", "anthropic"),
+        ("anthropic", "openai-responses"),
+    ],
+)
+def test_a_whole_body_of_another_format_says_which_dialect_reads_it(
+    recorded: str, decoded_as: str
+) -> None:
+    """``from_sse(anthropic_body).pipe(convert(), aggregate())`` (the dialect defaults to
+    openai-chat): "the stream ended without [DONE] or a finish_reason", as if the body
+    were cut short, when it is whole and of another format."""
+    body = sample(f"demo-{recorded}.sse").read_bytes()
+    with pytest.raises(IncompleteStream) as caught:
+        from_sse(body, decoded_as).pipe(ops.convert(), ops.aggregate()).run()
+    assert f"its events are {recorded}'s, not {decoded_as}'s" in str(caught.value)
+    assert f"dialect={recorded!r}" in str(caught.value)
+
+
+def test_a_body_cut_short_in_its_own_format_says_only_that() -> None:
+    body = sample("demo-anthropic.sse").read_bytes()
+    cut = body[: body.index(b"event: message_delta")]
+    with pytest.raises(IncompleteStream) as caught:
+        from_sse(cut, "anthropic").pipe(ops.convert(), ops.aggregate()).run()
+    assert str(caught.value) == "the stream ended without message_stop or a stop_reason"
+
+
+def test_the_error_of_a_body_of_another_format_is_freed_without_the_gc() -> None:
+    """As every error of a failed stream (``tests/reliability/test_failure_cycles.py``)."""
+    body = sample("demo-anthropic.sse").read_bytes()
+    gc.collect()
+    gc.disable()
+    try:
+        try:
+            from_sse(body).pipe(ops.convert(), ops.aggregate()).run()
+        except IncompleteStream as err:
+            said, ref = str(err), weakref.ref(err)
+        assert "anthropic's" in said
+        assert ref() is None
+    finally:
+        gc.enable()
