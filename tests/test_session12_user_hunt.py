@@ -302,3 +302,33 @@ def test_the_error_of_a_body_of_another_format_is_freed_without_the_gc() -> None
         assert ref() is None
     finally:
         gc.enable()
+
+
+# --------------------------------------------- an in-memory history of other things
+
+
+@pytest.mark.parametrize(
+    ("messages", "said"),
+    [
+        ([{"role": "user", "content": "Hi"}], r"item 0 is .*a dict \(ChatMessage\.from_openai"),
+        (["Hi"], "item 0 is 'Hi', a str"),
+        ("Hi", "not a str"),
+    ],
+)
+def test_an_in_memory_history_of_other_things_is_refused_when_made(
+    messages: Any, said: str
+) -> None:
+    """``InMemoryHistoryProvider([{"role": "user", "content": "Hi"}])`` (OpenAI's message
+    dicts) was taken; the agent's first turn failed with ``AttributeError: 'dict' object
+    has no attribute 'with_source'``."""
+    with pytest.raises(TypeError, match=rf"an InMemoryHistoryProvider keeps ChatMessages.*{said}"):
+        InMemoryHistoryProvider(messages)
+
+
+@pytest.mark.asyncio
+async def test_an_in_memory_history_refuses_to_save_other_things() -> None:
+    history = InMemoryHistoryProvider()
+    with pytest.raises(TypeError, match="keeps ChatMessages; item 0 is"):
+        await history.save([{"role": "user", "content": "Hi"}])  # type: ignore[list-item]
+    await history.save((ChatMessage.user("Hi"),))
+    assert [m.content for m in history.messages] == ["Hi"]
