@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import gc
 import weakref
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -28,8 +29,9 @@ from rafrx import (
 )
 from rafrx import operators as ops
 from rafrx import updates as u
+from rafrx.__main__ import main
 from rafrx.errors import IncompleteStream
-from rafrx.recorder import sample
+from rafrx.recorder import record, sample
 from rafrx.sources import from_sse
 from rafrx.sources.clients import OpenAIChatClient
 from rafrx.testing import LLMServer, Reply, ToolCallSpec
@@ -332,3 +334,22 @@ async def test_an_in_memory_history_refuses_to_save_other_things() -> None:
         await history.save([{"role": "user", "content": "Hi"}])  # type: ignore[list-item]
     await history.save((ChatMessage.user("Hi"),))
     assert [m.content for m in history.messages] == ["Hi"]
+
+
+# --------------------------------------------- the CLI's replay of a recording with --dialect
+
+
+def test_replay_of_a_recording_with_a_dialect_says_dialect_is_for_sse_files(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``rafrx replay turn.jsonl --dialect anthropic``: the recording was read as an SSE
+    body, failing with "IncompleteStream: ... the body held no event, it began:
+    '{"t":0.0,"kind":"header"...'"."""
+    path = tmp_path / "turn.jsonl"
+    record(updates(), path).run()
+    assert main(["replay", str(path), "--dialect", "anthropic", "--plain"]) == 2
+    assert capsys.readouterr().err == (
+        f"rafrx replay: error: --dialect is for .sse files: {path} is a recording of decoded"
+        " items\n"
+    )
+    assert main(["replay", str(path), "--plain"]) == 0  # without it, replayed
