@@ -240,7 +240,10 @@ class Agent:
             body field); ``False`` sends the client's ``tool_choice`` every time.
 
     The arguments are kept as attributes of the same names; assigning
-    ``tools`` or ``approver`` takes effect from the next LLM call on.
+    ``tools`` or ``approver`` takes effect from the next LLM call on. A
+    ``client`` without ``stream``, a ``history`` without ``load`` and ``save``
+    or an ``approver`` neither callable nor observable (``True``) is a
+    ``TypeError``, given or assigned.
 
     Example:
         >>> import asyncio
