@@ -291,6 +291,8 @@ async def _replay(args: argparse.Namespace) -> int:
     path = Path(args.file)
     if not path.is_file():
         raise _Fail(f"no such file: {path}")
+    if args.dialect is not None and path.suffix.lower() == ".jsonl":
+        raise _Fail(f"--dialect is for .sse files: {path} is a recording of decoded items")
     try:
         source = replay(
             path,

@@ -73,7 +73,13 @@ from rafrx.messages import (
 )
 from rafrx.operators import convert
 from rafrx.operators._aggregate import ResponseAggregator, collect_agent_response
-from rafrx.operators._execute_tools import Approver, clip, execute_tools, tool_table
+from rafrx.operators._execute_tools import (
+    Approver,
+    check_approver,
+    clip,
+    execute_tools,
+    tool_table,
+)
 from rafrx.response import AgentResponse, AgentResponseResult, FinishReason
 from rafrx.sources._policy import parse_retry_after, request_id
 from rafrx.tools import Tool, as_tool
@@ -120,6 +126,14 @@ class ChatClient(Protocol):
         :class:`Tool` or a :data:`ServerTool` mapping (server tools the agent was given,
         which rafrx's clients send as they are)."""
         ...
+
+
+def _what(value: object) -> str:
+    """What ``value`` is, for an error: a class by name, else its type's (never its
+    content, which may hold a key)."""
+    if isinstance(value, type):
+        return f"the class {value.__name__} (give an instance)"
+    return f"a {type(value).__name__}"
 
 
 def _as_input(value: str | ChatMessage | Sequence[ChatMessage]) -> tuple[ChatMessage, ...]:
@@ -226,7 +240,10 @@ class Agent:
             body field); ``False`` sends the client's ``tool_choice`` every time.
 
     The arguments are kept as attributes of the same names; assigning
-    ``tools`` or ``approver`` takes effect from the next LLM call on.
+    ``tools`` or ``approver`` takes effect from the next LLM call on. A
+    ``client`` without ``stream``, a ``history`` without ``load`` and ``save``
+    or an ``approver`` neither callable nor observable (``True``) is a
+    ``TypeError``, given or assigned.
 
     Example:
         >>> import asyncio
@@ -283,6 +300,48 @@ class Agent:
         self._history_access = _HistoryAccess()
         self._turns: set[_Turn] = set()  # turns running (not yet ended nor stopped)
         self._executor()  # validates the tool table (duplicate names, concurrency) up front
+
+    @property
+    def client(self) -> ChatClient:
+        """The client of the agent's LLM calls; assign another to use it from the next
+        turn on."""
+        return self._client
+
+    @client.setter
+    def client(self, client: ChatClient) -> None:
+        if not callable(getattr(client, "stream", None)) or isinstance(client, type):
+            raise TypeError(
+                "an agent's client has a stream(messages, tools) method, as "
+                'OpenAIChatClient(base_url, api_key=..., model="gpt-4o") has, '
+                f"not {_what(client)}"
+            )
+        self._client = client
+
+    @property
+    def history(self) -> HistoryProvider | None:
+        """Where turns are loaded from and saved (``None``: nowhere)."""
+        return self._history
+
+    @history.setter
+    def history(self, history: HistoryProvider | None) -> None:
+        methods = [getattr(history, name, None) for name in ("load", "save")]
+        if history is not None and (isinstance(history, type) or not all(map(callable, methods))):
+            raise TypeError(
+                "an agent's history has load() and save() methods, as "
+                "InMemoryHistoryProvider(messages) has (it keeps a list of messages), "
+                f"not {_what(history)}"
+            )
+        self._history = history
+
+    @property
+    def approver(self) -> Approver | None:
+        """Answers the approval requests of the agent's turns; see the constructor."""
+        return self._approver
+
+    @approver.setter
+    def approver(self, approver: Approver | None) -> None:
+        check_approver(approver)
+        self._approver = approver
 
     @property
     def tools(self) -> tuple[Tool | ServerTool, ...]:

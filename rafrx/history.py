@@ -27,11 +27,14 @@ import copy
 from collections.abc import Iterable, Sequence
 from typing import Protocol, runtime_checkable
 
-from rafrx.messages import ChatMessage, MessageSource
+from rafrx.messages import ChatMessage, MessageSource, checked_messages
 
 __all__ = ["ContextProvider", "HistoryProvider", "InMemoryHistoryProvider", "is_new"]
 
 _NOT_NEW = frozenset({MessageSource.CHAT_HISTORY, MessageSource.CONTEXT_PROVIDER})
+
+#: What an in-memory history keeps (its error's start for anything else).
+_KEPT = "an InMemoryHistoryProvider keeps ChatMessages"
 
 
 def is_new(message: ChatMessage) -> bool:
@@ -91,7 +94,7 @@ class InMemoryHistoryProvider:
     """
 
     def __init__(self, messages: Iterable[ChatMessage] = ()) -> None:
-        self._messages: list[ChatMessage] = list(messages)
+        self._messages: list[ChatMessage] = list(checked_messages(messages, _KEPT))
 
     @property
     def messages(self) -> tuple[ChatMessage, ...]:
@@ -108,7 +111,8 @@ class InMemoryHistoryProvider:
     async def save(self, messages: Sequence[ChatMessage]) -> None:
         """Append the messages that are new (see :func:`is_new`); skip the others."""
         # (copies: what a caller does to the saved messages' blocks never reaches the history)
-        self._messages.extend(copy.deepcopy(m) for m in messages if is_new(m))
+        given = checked_messages(messages, _KEPT)
+        self._messages.extend(copy.deepcopy(m) for m in given if is_new(m))
 
     def clear(self) -> None:
         """Forget the conversation."""

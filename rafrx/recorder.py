@@ -77,7 +77,8 @@ from rafrx._redaction import (
 )
 from rafrx.messages import _is_rafrx_mark
 from rafrx.response import AgentResponseResult, FinishReason, Usage
-from rafrx.sse import ServerSentEvent, SSEDecoder
+from rafrx.sources._guess import dialect_of
+from rafrx.sse import SSEDecoder
 
 __all__ = [
     "FORMAT_VERSION",
@@ -544,35 +545,10 @@ def guess_dialect(body: bytes) -> str:
         except errors.LimitExceeded:
             break
         for event in events:
-            dialect = _dialect_of(event)
+            dialect = dialect_of(event)
             if dialect is not None:
                 return dialect
     return "openai-chat"
-
-
-def _dialect_of(event: ServerSentEvent) -> str | None:
-    """The dialect one event belongs to, if it tells."""
-    kind: Any = None if event.event == "message" else event.event
-    if kind is None:
-        try:
-            data = json.loads(event.data)
-        except ValueError:
-            return None
-        if not isinstance(data, dict):
-            return None
-        if "choices" in data or data.get("object") == "chat.completion.chunk":
-            return "openai-chat"
-        kind = data.get("type")
-    if isinstance(kind, str) and kind.startswith("response."):
-        return "openai-responses"
-    if kind in _ANTHROPIC_EVENTS:
-        return "anthropic"
-    return None
-
-
-_ANTHROPIC_EVENTS: Final = frozenset(
-    {"message_start", "content_block_start", "content_block_delta", "ping", "message_delta"}
-)
 
 
 def _write_sse(

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import attrs
 import pytest
@@ -167,9 +168,16 @@ async def test_a_turn_within_its_timeout_is_saved_as_without_one() -> None:
     assert [m.content for m in await history.load()] == ["Hello", "Hi."]
 
 
+class _NoClient:
+    """A client never asked to stream (an agent's client has a ``stream`` method)."""
+
+    def stream(self, messages: Any, tools: Any = None) -> Any:
+        raise AssertionError("not called")
+
+
 @pytest.mark.parametrize("timeout", [0, -1, float("nan")])
 def test_a_timeout_that_is_not_a_positive_number_of_seconds_is_refused(timeout: float) -> None:
-    agent = Agent(object())  # type: ignore[arg-type]
+    agent = Agent(_NoClient())
     with pytest.raises(ValueError, match="timeout"):
         agent.run("Hello", timeout=timeout)
 

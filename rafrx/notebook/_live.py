@@ -36,6 +36,7 @@ from rafrx.notebook._render import LiveSnapshot, live_html, live_text
 from rafrx.notebook._results import as_results
 from rafrx.notebook._state import LiveState
 from rafrx.operators._aggregate import ResponseAggregator
+from rafrx.operators._inputs import check_stream
 from rafrx.response import AgentResponseResult
 
 if TYPE_CHECKING:
@@ -59,6 +60,7 @@ class LiveView:
         interval: float = 0.05,
         agent_id: str | None = None,
     ) -> None:
+        check_stream(observable, "live()")
         self.state = LiveState()
         self.renders = 0
         self._interval = interval

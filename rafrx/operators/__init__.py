@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from rafrx.operators._inputs import not_a_source
 from rafrx.typing import Operator
 
 if TYPE_CHECKING:
@@ -111,6 +112,7 @@ def accumulate_tool_calls(
     """
     from rafrx.operators._accumulate_tool_calls import accumulate_tool_calls as _op
 
+    not_a_source(max_argument_chars, "accumulate_tool_calls")
     return _op(max_argument_chars)
 
 
@@ -184,6 +186,7 @@ def flush_tool_calls(eager: bool = False) -> Operator[AgentResponseResult, Agent
     """
     from rafrx.operators._flush_tool_calls import flush_tool_calls as _op
 
+    not_a_source(eager, "flush_tool_calls")
     return _op(eager)
 
 
@@ -222,6 +225,7 @@ def convert(
     from rafrx.operators._convert import Converter
     from rafrx.operators._reducer import reducer_operator
 
+    not_a_source(eager, "convert")
     return reducer_operator(lambda: Converter(eager, max_argument_chars))
 
 
@@ -253,6 +257,7 @@ def aggregate(agent_id: str | None = None) -> Operator[AgentResponseResult, Agen
     """
     from rafrx.operators._aggregate import aggregate as _op
 
+    not_a_source(agent_id, "aggregate")
     return _op(agent_id)
 
 
@@ -331,6 +336,7 @@ def execute_tools(
     """  # noqa: E501
     from rafrx.operators._execute_tools import execute_tools as _op
 
+    not_a_source(tools, "execute_tools")
     return _op(
         tools,
         approver,

@@ -30,6 +30,7 @@ from rafrx.messages import (
     provider_data_of,
 )
 from rafrx.operators._flush_tool_calls import parse_arguments
+from rafrx.operators._inputs import check_stream, not_a_result
 from rafrx.operators._reducer import reducer_operator
 from rafrx.response import AgentResponse, AgentResponseResult, FinishReason, Usage
 from rafrx.typing import Operator
@@ -153,6 +154,10 @@ class ResponseAggregator:
         self._finish: FinishReason | None = None
 
     def step(self, result: AgentResponseResult) -> Sequence[AgentResponse]:
+        try:
+            contents = result.contents
+        except AttributeError:
+            raise not_a_result(result, "aggregate()") from None
         if result.id is not None:
             self._id = result.id
         if result.model is not None:
@@ -163,7 +168,7 @@ class ResponseAggregator:
         if not steps:
             steps.append(_Step())
         step = steps[-1]
-        for content in result.contents:
+        for content in contents:
             if type(content) not in _AGGREGATED:
                 continue  # argument deltas, progress, ends: the response does not keep them
             if isinstance(content, TextContent):
@@ -317,6 +322,7 @@ async def collect_agent_response(
         >>> asyncio.run(collect_agent_response(results)).text
         'Hi there'
     """
+    check_stream(results, "collect_agent_response()")
     outcome: Outcome[AgentResponse] = Outcome()
     subscription = results.pipe(aggregate(agent_id)).subscribe(
         outcome.set_result, outcome.set_exception

@@ -25,6 +25,7 @@ from rafrx.errors import (
 )
 from rafrx.events import FinishEvent, ResponseStartedEvent, ToolApprovalRequestEvent
 from rafrx.messages import MCP_APPROVAL_RESPONSE
+from rafrx.operators._inputs import not_a_result
 from rafrx.response import AgentResponseResult
 from rafrx.tools import Tool, ToolApprovalResponse, as_tool, format_result
 from rafrx.typing import Operator
@@ -39,6 +40,25 @@ Approver: TypeAlias = (
     | Observable[ToolApprovalResponse]
 )
 """An async or sync callable answering approval requests, or an observable of answers."""
+
+
+def check_approver(approver: object) -> None:
+    """Raise ``TypeError`` unless ``approver`` is one (or ``None``): a callable or an
+    observable. A bool or a str would fail at each request, denying every call.
+
+    Example:
+        >>> check_approver(True)
+        Traceback (most recent call last):
+        ...
+        TypeError: an approver is a callable answering each ToolApprovalRequestEvent (lambda event: True approves every call) or an observable of ToolApprovalResponse, not True
+    """  # noqa: E501
+    if approver is None or callable(approver) or isinstance(approver, Observable):
+        return
+    shown = repr(approver) if isinstance(approver, bool) else f"a {type(approver).__name__}"
+    raise TypeError(
+        "an approver is a callable answering each ToolApprovalRequestEvent (lambda event: "
+        f"True approves every call) or an observable of ToolApprovalResponse, not {shown}"
+    )
 
 
 def clip(text: str, limit: int) -> str:
@@ -131,6 +151,11 @@ class _Runner:
     def on_next(self, result: AgentResponseResult) -> None:
         if self.stopped:
             return
+        try:
+            contents = result.contents
+        except AttributeError:
+            self.on_error(not_a_result(result, "execute_tools()"))
+            return
         if result.events:
             for event in result.events:
                 if isinstance(event, ResponseStartedEvent):
@@ -140,7 +165,7 @@ class _Runner:
                 elif isinstance(event, FinishEvent):
                     self.end_call()
         if self.closed or self.open_requests:  # (else nothing to forget: most results)
-            for content in result.contents:  # a new call: answers to its id may come on sight
+            for content in contents:  # a new call: answers to its id may come on sight
                 if isinstance(content, ToolCallingContent) and content.call_id not in self.seen:
                     self.closed.discard(content.call_id)
                     self.open_requests.pop(content.call_id, None)  # (its request is to come)
@@ -148,7 +173,7 @@ class _Runner:
             if isinstance(event, ToolApprovalRequestEvent):
                 self.open(event)  # (the provider's: answers may come as it is seen)
         self.observer.on_next(result)
-        for content in result.contents:
+        for content in contents:
             if self.stopped:
                 return
             if isinstance(content, ToolCalledContent):  # answered upstream (the provider ran
@@ -541,6 +566,7 @@ def execute_tools(
     answered (or timed out) already, shared with other subscriptions (an agent's turn
     makes one per LLM call), whose late answers are dropped (see ``_Runner.closed``)."""
     table = tool_table(tools)
+    check_approver(approver)
     if concurrency < 1:
         raise ValueError(f"concurrency must be at least 1, got {concurrency}")
     if max_result_chars < 0:

@@ -24,6 +24,7 @@ from rafrx.content import (
 )
 from rafrx.events import FinishEvent
 from rafrx.json_stream import partial_json
+from rafrx.operators._inputs import not_a_result
 from rafrx.operators._reducer import reducer_operator
 from rafrx.response import AgentResponseResult, FinishReason
 from rafrx.typing import Operator
@@ -198,11 +199,15 @@ class ToolCallFlusher:
                 pending.compact()
 
     def step(self, result: AgentResponseResult) -> Sequence[AgentResponseResult]:
+        try:
+            contents = result.contents
+        except AttributeError:
+            raise not_a_result(result, "flush_tool_calls()") from None
         self._id, self._model = result.id, result.model  # the flushed results carry them
         flushed: list[Content] = []
         repeated: list[Content] = []
         failed = False
-        for content in result.contents:
+        for content in contents:
             if type(content) not in _LIFECYCLE:
                 continue
             if isinstance(content, ToolCallArgsContent):

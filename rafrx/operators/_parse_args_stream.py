@@ -14,6 +14,7 @@ from rafrx.content import (
 )
 from rafrx.json_stream import StreamingArgsParser
 from rafrx.operators._builders import parsed_content, progress_content
+from rafrx.operators._inputs import not_a_result
 from rafrx.operators._reducer import reducer_operator
 from rafrx.response import AgentResponseResult
 from rafrx.typing import Operator
@@ -59,7 +60,10 @@ class ArgsStreamParser:
         self._parsers: dict[str, CallParser] = {}
 
     def step(self, result: AgentResponseResult) -> Sequence[AgentResponseResult]:
-        contents = result.contents
+        try:
+            contents = result.contents
+        except AttributeError:
+            raise not_a_result(result, "parse_args_stream()") from None
         has_args = False
         for content in contents:
             if isinstance(content, ToolCallArgsContent):

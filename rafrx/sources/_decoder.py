@@ -19,6 +19,7 @@ from types import TracebackType
 
 from rafrx._cycles import detached
 from rafrx.errors import IncompleteStream, MalformedEvent, RafrxError, error_text
+from rafrx.sources._guess import dialect_of
 from rafrx.sources.dialects import DialectFactory, get_dialect
 from rafrx.sources.dialects._common import error_event
 from rafrx.sse import DEFAULT_MAX_EVENT_BYTES, DEFAULT_MAX_LINE_BYTES, ServerSentEvent, SSEDecoder
@@ -100,7 +101,7 @@ class UpdateDecoder:
         ValueError: An unknown dialect name.
     """
 
-    __slots__ = ("_dialect", "_error", "_head", "_salvaged", "_sse")
+    __slots__ = ("_dialect", "_error", "_first", "_head", "_name", "_salvaged", "_sse")
 
     def __init__(
         self,
@@ -110,12 +111,14 @@ class UpdateDecoder:
         max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
     ) -> None:
         self._dialect = get_dialect(dialect) if isinstance(dialect, str) else dialect()
+        self._name = dialect if isinstance(dialect, str) else None
         self._sse = SSEDecoder(
             max_line_bytes=max_line_bytes, max_event_bytes=max_event_bytes, error_field=True
         )
         self._error: RafrxError | None = None
         self._salvaged = False
         self._head: bytearray | None = bytearray()  # the body's start, until an event comes
+        self._first: ServerSentEvent | None = None  # the body's first event
 
     @property
     def done(self) -> bool:
@@ -142,7 +145,8 @@ class UpdateDecoder:
         if len(events) == 1 and sse.error is None:  # a live stream's usual read
             try:
                 return dialect.feed(events[0])
-            except RafrxError:
+            except RafrxError as err:
+                self._raise_if_of_another_dialect(err)
                 raise
             except Exception as err:  # (a dialect of one's own failed: typed, caused by it)
                 raise _dialect_failed(events[0], err) from err.with_traceback(_below(err))
@@ -153,6 +157,7 @@ class UpdateDecoder:
                 out += feed(event)
             except RafrxError as err:
                 if not out:
+                    self._raise_if_of_another_dialect(err)
                     raise
                 self._error = detached(err)  # (err's traceback holds this decoder)
                 return out
@@ -171,6 +176,8 @@ class UpdateDecoder:
 
     def _keep_head(self, chunk: bytes, events: list[ServerSentEvent]) -> None:
         head = self._head
+        if events:
+            self._first = events[0]
         if events or head is None:
             self._head = None  # a stream of events: nothing to explain
         elif len(head) < _HEAD_BYTES:
@@ -223,9 +230,23 @@ class UpdateDecoder:
         try:
             return self._dialect.close()
         except IncompleteStream as err:
-            if not self._head:
-                raise
-            raise _no_events(err, self._head) from None
+            if self._head:
+                raise _no_events(err, self._head) from None
+            self._raise_if_of_another_dialect(err)
+            raise
+
+    def _raise_if_of_another_dialect(self, err: RafrxError) -> None:
+        """When ``err`` is an :class:`~rafrx.errors.IncompleteStream` of a body whose first
+        event is of another dialect than the one decoding it (named), raise a copy saying
+        so: the body may well be whole (``from_sse(body)`` of an Anthropic body).
+
+        (It raises rather than returns the error: a caller's local holding the error its
+        traceback leads back to would be a reference cycle.)"""
+        if not isinstance(err, IncompleteStream) or self._first is None or self._name is None:
+            return
+        other = dialect_of(self._first)
+        if other is not None and other != self._name:
+            raise _of_another_dialect(err, other, self._name) from None
 
 
 def _again(kept: RafrxError) -> RafrxError:
@@ -277,6 +298,20 @@ def _below(error: Exception) -> TracebackType | None:
     error it keeps must not hold): from the dialect's frame on."""
     traceback = error.__traceback__
     return None if traceback is None else traceback.tb_next
+
+
+def _of_another_dialect(err: IncompleteStream, other: str, name: str) -> IncompleteStream:
+    """``err`` of a body whose first event is of the dialect ``other``, not of ``name``, the
+    one decoding it (``from_sse(body)``, openai-chat by default, of an Anthropic body):
+    saying so, for the body may well be whole.
+
+    Example:
+        >>> _of_another_dialect(IncompleteStream("no [DONE]"), "anthropic", "openai-chat")
+        IncompleteStream("no [DONE]; its events are anthropic's, not openai-chat's: decode it with dialect='anthropic'")
+    """  # noqa: E501
+    return IncompleteStream(
+        f"{err.message}; its events are {other}'s, not {name}'s: decode it with dialect={other!r}"
+    )
 
 
 def _no_events(err: IncompleteStream, head: bytearray) -> RafrxError:

@@ -37,7 +37,9 @@ def from_sse(
     observable completes after the dialect's terminal marker (bytes after it
     are not read) and fails with the typed error otherwise:
     :class:`~rafrx.errors.IncompleteStream` when the body ends without the
-    marker, :class:`~rafrx.errors.ProviderError` for an in-band error,
+    marker (saying which dialect reads it when its events are another
+    dialect's: an Anthropic body decoded as the default ``"openai-chat"``),
+    :class:`~rafrx.errors.ProviderError` for an in-band error,
     :class:`~rafrx.errors.MalformedEvent` (also for another exception raised by
     a dialect of one's own, caused by it), :class:`~rafrx.errors.LimitExceeded`;
     each after the updates of the events before it. Exceptions raised by
