@@ -16,7 +16,6 @@ import json
 import subprocess
 import sys
 import textwrap
-import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -489,26 +488,63 @@ async def test_an_empty_input_continues_from_history_and_saves_only_the_reply() 
     assert response.text == "Once upon a time."
 
 
-@pytest.mark.asyncio
-async def test_a_very_long_history_is_sent_whole_and_quickly_on_every_wire() -> None:
+def long_history(turns: int) -> list[ChatMessage]:
+    """``turns`` exchanges of four messages each: a question, a tool call, its result
+    and an answer."""
     old: list[ChatMessage] = []
-    for i in range(1500):
+    for i in range(turns):
         old += [
             ChatMessage.user(f"q{i}"),
             ChatMessage.assistant_with_tools("", [ToolCall(f"c{i}", "lookup", {"city": f"x{i}"})]),
             ChatMessage.tool(f"r{i}", f"c{i}"),
             ChatMessage.assistant(f"a{i}"),
         ]
+    return old
+
+
+@pytest.mark.asyncio
+async def test_a_very_long_history_is_sent_whole_on_every_wire() -> None:
+    old = long_history(1500)
     async with LLMServer() as server:
         for fmt, cls in CLIENTS.items():
             server.enqueue(Reply(text="ok"))
             history = InMemoryHistoryProvider(old)
-            started = time.perf_counter()
             async with cls(server.url, "sk-test") as client:
                 await send(Agent(client, tools=[lookup], history=history), "more")
-            assert time.perf_counter() - started < 1.5, fmt
             assert wire_problems(server.requests[-1]) == [], fmt
             assert len(history.messages) == len(old) + 2
+
+
+async def rafrx_calls_of_a_turn(fmt: str, turns: int) -> int:
+    """How many Python calls in rafrx's own code (the server's included) one agent turn
+    over a history of ``turns`` exchanges makes: a count, which load does not change."""
+    calls = 0
+
+    def count(frame: Any, event: str, arg: Any) -> None:
+        nonlocal calls
+        if event == "call" and "/rafrx/" in frame.f_code.co_filename:
+            calls += 1
+
+    history = InMemoryHistoryProvider(long_history(turns))
+    async with LLMServer() as server:
+        server.enqueue(Reply(text="ok"))
+        async with CLIENTS[fmt](server.url, "sk-test") as client:
+            agent = Agent(client, tools=[lookup], history=history)
+            sys.setprofile(count)
+            try:
+                await send(agent, "more")
+            finally:
+                sys.setprofile(None)
+    return calls
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("fmt", list(CLIENTS))
+async def test_a_turns_work_grows_linearly_with_its_history(fmt: str) -> None:
+    """Doubling the history doubles the work of a turn, no more (a quadratic step, such
+    as a repair that looks through the history for every message, would quadruple it)."""
+    small, large = await rafrx_calls_of_a_turn(fmt, 300), await rafrx_calls_of_a_turn(fmt, 600)
+    assert 1.5 < large / small < 2.3, (fmt, small, large)
 
 
 # ---------------------------------------------------------------- context and history providers
