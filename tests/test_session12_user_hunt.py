@@ -33,7 +33,7 @@ from rafrx.__main__ import main
 from rafrx.errors import IncompleteStream
 from rafrx.recorder import record, sample
 from rafrx.sources import from_sse
-from rafrx.sources.clients import OpenAIChatClient
+from rafrx.sources.clients import AnthropicClient, OpenAIChatClient, OpenAIResponsesClient
 from rafrx.testing import LLMServer, Reply, ToolCallSpec
 
 
@@ -353,3 +353,24 @@ def test_replay_of_a_recording_with_a_dialect_says_dialect_is_for_sse_files(
         " items\n"
     )
     assert main(["replay", str(path), "--plain"]) == 0  # without it, replayed
+
+
+@pytest.mark.parametrize("cls", [OpenAIChatClient, AnthropicClient, OpenAIResponsesClient])
+@pytest.mark.parametrize(
+    ("setting", "value", "kind"),
+    [
+        ("api_key", 1234, "an int"),
+        ("api_key", b"sk-bytes-secret", "a bytes"),
+        ("model", 4, "an int"),
+    ],
+)
+def test_a_client_setting_of_the_wrong_type_is_refused_when_made(
+    cls: Any, setting: str, value: object, kind: str
+) -> None:
+    """``OpenAIChatClient(url, api_key=1234)`` was accepted, and every call then failed
+    as a ``TransportError`` about ``'int' object has no attribute 'strip'``. It is a
+    ``TypeError`` when the client is made, naming the type, never the value."""
+    with pytest.raises(TypeError) as refused:
+        cls("http://127.0.0.1:9/v1", **{setting: value})
+    assert str(refused.value) == f"{setting} takes a string (or None), not {kind}"
+    assert "sk-bytes-secret" not in repr(refused.value)

@@ -459,6 +459,8 @@ class LLMClient(abc.ABC):
     ) -> None:
         _check_dialect(self)
         _check_body_fields(params, f"{type(self).__name__}()")
+        _check_string("api_key", api_key)
+        _check_string("model", model)
         self.base_url = base_url
         self.max_line_bytes = max_line_bytes
         self.max_event_bytes = max_event_bytes
@@ -649,6 +651,25 @@ TRANSPORT_SETTINGS: Final = {
     "default_headers": "headers=",
     "default_query": "the query in base_url ('https://host/v1?api-version=...')",
 }
+
+
+def _check_string(name: str, value: object) -> None:
+    """Refuse a client's setting ``name`` (``api_key``, ``model``) that is neither a
+    string nor ``None``, with a ``TypeError`` naming its type, never its value (a key):
+    else it fails only once a call is sent, in words about ``.strip()``.
+
+    Example:
+        >>> _check_string("api_key", None)
+        >>> _check_string("api_key", 1234)
+        Traceback (most recent call last):
+        ...
+        TypeError: api_key takes a string (or None), not an int
+    """
+    if value is None or isinstance(value, str):
+        return
+    kind = type(value).__name__
+    article = "an" if kind[:1].lower() in "aeiou" else "a"
+    raise TypeError(f"{name} takes a string (or None), not {article} {kind}")
 
 
 def _check_body_fields(params: Mapping[str, Any], given_to: str) -> None:
