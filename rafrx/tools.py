@@ -140,6 +140,20 @@ def _valid_name(instance: Any, attribute: Any, value: str) -> None:
         raise ValueError(f"a tool name must match {_NAME.pattern}, got {value!r}")
 
 
+def _object_schema(instance: Any, attribute: Any, value: Mapping[str, Any]) -> None:
+    """Refuse ``parameters`` that are no object schema: OpenAI and Anthropic refuse a
+    tool whose arguments are not a JSON object (``{"type": "string"}``), every call of
+    the agent then failing with a 400."""
+    if not isinstance(value, Mapping):
+        raise TypeError(f"a tool's parameters are a JSON schema (a mapping), got {value!r}")
+    kind = value.get("type", "object")
+    if kind != "object" and not (isinstance(kind, list) and "object" in kind):
+        raise ValueError(
+            "a tool's parameters are an object schema ({'type': 'object', 'properties': "
+            f"...}}): providers refuse arguments of another type, got type {kind!r}"
+        )
+
+
 def _positive(instance: Any, attribute: Any, value: float | None) -> None:
     if value is not None and not value > 0:  # (NaN too: it would never time out)
         raise ValueError(f"timeout must be positive, got {value}")
@@ -182,7 +196,7 @@ class Tool(Generic[P, R]):
 
     name: str = attrs.field(validator=_valid_name)
     description: str
-    parameters: Mapping[str, Any] = attrs.field(hash=False)
+    parameters: Mapping[str, Any] = attrs.field(hash=False, validator=_object_schema)
     fn: Callable[P, R] = attrs.field(repr=False)
     requires_approval: bool = False
     timeout: float | None = attrs.field(default=None, validator=_positive)

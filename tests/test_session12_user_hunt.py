@@ -24,6 +24,7 @@ from rafrx import (
     ChatMessage,
     FinishReason,
     InMemoryHistoryProvider,
+    Tool,
     collect_agent_response,
     tool,
 )
@@ -374,3 +375,16 @@ def test_a_client_setting_of_the_wrong_type_is_refused_when_made(
         cls("http://127.0.0.1:9/v1", **{setting: value})
     assert str(refused.value) == f"{setting} takes a string (or None), not {kind}"
     assert "sk-bytes-secret" not in repr(refused.value)
+
+
+@pytest.mark.parametrize("schema", [{"type": "string"}, {"type": "array"}, {"type": ["string"]}])
+def test_a_tool_whose_arguments_are_no_object_is_refused_when_made(schema: dict[str, Any]) -> None:
+    """``Tool(..., parameters={"type": "string"})`` was accepted, and every turn offering it
+    then failed with the provider's 400 (both refuse arguments that are not an object)."""
+    with pytest.raises(ValueError, match="a tool's parameters are an object schema"):
+        Tool("shout", "Shouts.", schema, str.upper)
+
+
+def test_object_schemas_of_every_spelling_are_still_tools() -> None:
+    for schema in [{}, {"type": "object"}, {"type": ["object", "null"], "properties": {}}]:
+        assert Tool("shout", "Shouts.", schema, str.upper).parameters == schema
