@@ -121,8 +121,8 @@ def test_a_builder_honours_disabled_validators_and_takes_every_field() -> None:
 def test_each_per_chunk_builder_builds_its_class(name: str) -> None:
     build = getattr(_builders, name)
     cls = build.__qualname__.split(".")[0]
-    fields = attrs.fields(getattr(content, cls))
-    args = [f"v{k}" for k in range(len(fields))]
+    fields = attrs.fields(getattr(content if hasattr(content, cls) else response, cls))
+    args = [(f"v{k}",) for k in range(len(fields))]  # (tuples: AgentResponseResult converts)
     built = build(*args)
     assert type(built).__name__ == cls
     assert [getattr(built, f.name) for f in fields] == args

@@ -19,7 +19,7 @@ from rafrx.content import (
 )
 from rafrx.errors import LimitExceeded, ProtocolError, ProviderError, error_text
 from rafrx.events import Event, FinishEvent, ResponseStartedEvent, ToolApprovalRequestEvent
-from rafrx.operators._builders import args_content, reasoning_content, text_content
+from rafrx.operators._builders import agent_result, args_content, reasoning_content, text_content
 from rafrx.operators._reducer import reducer_operator
 from rafrx.response import AgentResponseResult
 from rafrx.typing import Operator
@@ -86,7 +86,7 @@ class ToolCallAccumulator:
         if not self._in_call:
             self._in_call = True
             events = (ResponseStartedEvent(self._id, self._model), *events)
-        return AgentResponseResult(self._id, self._model, None, contents, events)
+        return agent_result(self._id, self._model, None, contents, events)
 
     @property
     def max_argument_chars(self) -> int:

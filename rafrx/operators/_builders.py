@@ -18,6 +18,7 @@ from typing import Any, Final
 
 from rafrx._slot_init import slot_builder
 from rafrx.content import (
+    Content,
     ReasoningContent,
     ResponseMetadata,
     TextContent,
@@ -25,8 +26,11 @@ from rafrx.content import (
     ToolCallArgsParsedContent,
     ToolCallArgsProgressContent,
 )
+from rafrx.events import Event
+from rafrx.response import AgentResponseResult, FinishReason
 
 __all__ = [
+    "agent_result",
     "args_content",
     "parsed_content",
     "progress_content",
@@ -47,3 +51,9 @@ progress_content: Final[
 parsed_content: Final[Callable[[str, str, Any, ResponseMetadata], ToolCallArgsParsedContent]] = (
     slot_builder(ToolCallArgsParsedContent)
 )
+agent_result: Final[
+    Callable[
+        [str | None, str | None, FinishReason | None, tuple[Content, ...], tuple[Event, ...]],
+        AgentResponseResult,
+    ]
+] = slot_builder(AgentResponseResult)

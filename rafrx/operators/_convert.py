@@ -57,7 +57,7 @@ from rafrx.operators._accumulate_tool_calls import (
     OpenCall,
     ToolCallAccumulator,
 )
-from rafrx.operators._builders import args_content, progress_content
+from rafrx.operators._builders import agent_result, args_content, progress_content
 from rafrx.operators._flush_tool_calls import KeptCall, ToolCallFlusher
 from rafrx.operators._parse_args_stream import ArgsStreamParser
 from rafrx.operators._reducer import Chain
@@ -117,7 +117,7 @@ class _ArgumentRun:
         else:
             name, received, text = grown
             contents = (content, progress_content(self.call_id, name, received, text, meta))
-        return (AgentResponseResult(meta.id, meta.model, None, contents),)
+        return (agent_result(meta.id, meta.model, None, contents, ()),)
 
 
 class Converter:

@@ -67,6 +67,7 @@ from typing import Any, Final
 import msgspec
 
 from rafrx import response
+from rafrx._slot_init import slot_builder
 from rafrx.errors import IncompleteStream, ProviderError
 from rafrx.messages import CUSTOM_TOOL_CALL_REF, REASONING_DETAILS, THINKING_BLOCKS
 from rafrx.operators._split_legacy_delta import new_call_id
@@ -177,6 +178,7 @@ class _Chunk(msgspec.Struct):
 
 
 _fit_chunk = fitting(_Chunk)
+_tool_call_delta = slot_builder(ToolCallDelta)  # (cheaper than the class call)
 _NO_FUNCTION = _Function()
 
 
@@ -680,4 +682,4 @@ class OpenAIChatDialect:
             self._ids[call_id] = index
         elif name is None and not arguments:
             return None
-        return ToolCallDelta(index, call_id, name, arguments)
+        return _tool_call_delta(index, call_id, name, arguments)
