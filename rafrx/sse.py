@@ -47,12 +47,13 @@ from __future__ import annotations
 
 import codecs
 import json
-from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Iterator
 from typing import Any, Final, final
 
 import attrs
 
 from rafrx._cycles import detached
+from rafrx._slot_init import slot_builder
 from rafrx.errors import ContentTypeError, LimitExceeded
 
 __all__ = [
@@ -110,24 +111,13 @@ class ServerSentEvent:
 
 
 # attrs' generated __init__ for a frozen class calls object.__setattr__ once
-# per field; on the hot path (one event per LLM token) it is cheaper to fill
-# the slots through their member descriptors. Equivalent for this class, which
-# has no converters or validators (tests check both give equal objects).
-_new = object.__new__
-_set_event = ServerSentEvent.__dict__["event"].__set__
-_set_data = ServerSentEvent.__dict__["data"].__set__
-_set_id = ServerSentEvent.__dict__["id"].__set__
-_set_retry = ServerSentEvent.__dict__["retry"].__set__
+# per field; on the hot path (one event per LLM token) a builder storing the
+# slots directly is cheaper (see :func:`~rafrx._slot_init.slot_builder`; tests
+# check both give equal objects).
 assert [a.name for a in attrs.fields(ServerSentEvent)] == ["event", "data", "id", "retry"]
-
-
-def _make_event(event: str, data: str, id: str, retry: int | None) -> ServerSentEvent:
-    ev: ServerSentEvent = _new(ServerSentEvent)
-    _set_event(ev, event)
-    _set_data(ev, data)
-    _set_id(ev, id)
-    _set_retry(ev, retry)
-    return ev
+_make_event: Final[Callable[[str, str, str, int | None], ServerSentEvent]] = slot_builder(
+    ServerSentEvent
+)
 
 
 def _usual_block(block: str, event_type: str) -> tuple[str, str] | None:
@@ -392,8 +382,7 @@ class SSEDecoder:
 
         if blocks:
             append_event = events.append
-            new, cls = _new, ServerSentEvent
-            set_event, set_data, set_id, set_retry = _set_event, _set_data, _set_id, _set_retry
+            make_event = _make_event
             data = self._data
             event_type = self._event_type
             id_buffer = self._id_buffer
@@ -446,12 +435,7 @@ class SSEDecoder:
                     self._last_id = last_id  # if it is too big, its id is not committed
                     self._check_event_size(value)
                 last_id = id_buffer
-                event = new(cls)  # what ServerSentEvent(...) does, faster
-                set_event(event, etype or "message")
-                set_data(event, value)
-                set_id(event, last_id)
-                set_retry(event, retry)
-                append_event(event)
+                append_event(make_event(etype or "message", value, last_id, retry))
                 event_type = ""
             self._data = data
             self._event_type = event_type

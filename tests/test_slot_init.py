@@ -14,6 +14,10 @@ from bench.bench_init import attrs_twin
 from rafrx import content, response, updates
 from rafrx._slot_init import slot_builder, slot_init
 from rafrx.operators import _builders
+from rafrx.sources.dialects._common import reasoning_delta, text_delta, tool_call_args
+from rafrx.sources.dialects.openai_chat import _tool_call_delta as tool_call_delta
+from rafrx.sse import ServerSentEvent
+from rafrx.sse import _make_event as make_event
 
 # Built once per cut call, not per chunk, and its ``error`` defaults from its
 # ``finish_reason`` (an attrs Factory taking self, which slot_init refuses).
@@ -220,3 +224,28 @@ def test_what_it_cannot_reproduce_is_refused(make: Any, reason: str) -> None:
         make()
     with pytest.raises(TypeError, match=reason):  # slot_builder has the same limits
         make(slot_builder)
+
+
+@pytest.mark.parametrize(
+    ("build", "cls", "args"),
+    [
+        (text_delta, updates.TextDelta, ("Hi",)),
+        (reasoning_delta, updates.ReasoningDelta, ("Hm", ("kept", "block"))),
+        (tool_call_args, updates.ToolCallArgs, ("c1", '{"a"')),
+        (tool_call_delta, updates.ToolCallDelta, (0, "c1", "add", '{"a"')),
+        (make_event, ServerSentEvent, ("message", '{"n": 1}', "7", None)),
+    ],
+)
+def test_each_per_event_builder_builds_its_class(
+    build: Any, cls: type, args: tuple[Any, ...]
+) -> None:
+    """The dialects' and the SSE decoder's builders make exactly what the class call makes."""
+    built = build(*args)
+    assert type(built) is cls
+    fields = attrs.fields(cls)
+    keyword = {f.name: a for f, a in zip(fields, args, strict=True) if f.kw_only}
+    positional = [a for f, a in zip(fields, args, strict=True) if not f.kw_only]
+    assert built == cls(*positional, **keyword)
+    assert hash(built) == hash(cls(*positional, **keyword))
+    with pytest.raises(attrs.exceptions.FrozenInstanceError):
+        setattr(built, fields[0].name, args[0])

@@ -85,6 +85,9 @@ from rafrx.sources.dialects._common import (
     load_object,
     malformed,
     provider_error,
+    reasoning_delta,
+    text_delta,
+    tool_call_args,
 )
 from rafrx.sse import ServerSentEvent
 from rafrx.updates import (
@@ -466,19 +469,19 @@ class AnthropicDialect:
                 block.thinking.append(delta.partial_json)
                 return []
             block.input = None  # the deltas are the input (as the SDK's accumulate_event reads it)
-            return [ToolCallArgs(block.id, delta.partial_json)]
+            return [tool_call_args(block.id, delta.partial_json)]
         if type(delta) is _TextDelta:
             if not delta.text:
                 return []
             self._text_chars += len(delta.text)
-            return [TextDelta(delta.text)]
+            return [text_delta(delta.text)]
         assert type(delta) is _ThinkingDelta
         if not delta.thinking:
             return []
         block = self._blocks.get(index)
         if block is not None:
             block.thinking.append(delta.thinking)
-        return [ReasoningDelta(delta.thinking)]
+        return [reasoning_delta(delta.thinking, None)]
 
     def _block_stop(
         self, event: ServerSentEvent, data: dict[str, Any]

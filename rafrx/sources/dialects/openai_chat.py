@@ -87,6 +87,8 @@ from rafrx.sources.dialects._common import (
     malformed,
     openai_usage,
     provider_error,
+    reasoning_delta,
+    text_delta,
 )
 from rafrx.sse import ServerSentEvent
 from rafrx.updates import (
@@ -363,11 +365,11 @@ class OpenAIChatDialect:
                 if delta.reasoning_content is None and delta.reasoning is None:
                     reasoning = detailed  # (MiniMax sends it there only)
             if reasoning:
-                out.append(ReasoningDelta(reasoning))
+                out.append(reasoning_delta(reasoning, None))
             if delta.content:
-                out.append(TextDelta(delta.content))
+                out.append(text_delta(delta.content))
             if delta.refusal:
-                out.append(TextDelta(delta.refusal))
+                out.append(text_delta(delta.refusal))
             for call in delta.tool_calls or ():
                 if call.index is not None and call.index < 0:
                     raise malformed(event, f"invalid tool call index {call.index!r}")
