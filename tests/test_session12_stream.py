@@ -184,7 +184,7 @@ async def test_anthropic_stall_after_a_blocks_stop_keeps_that_call_and_cuts_the_
     """``content_block_stop`` ended c1's arguments, which parse: whole (eager tools would
     have run it already). c2 was mid-arguments: cut."""
     body = render(Reply(tool_calls=[ADD, MUL]), "anthropic")
-    error, results = await fail("anthropic", body, after(body, b'"partial_json"', nth=2))
+    error, results = await fail("anthropic", body, after(body, b'"partial_json":"{', nth=2))
     partial = partial_of(error)
     assert partial.finish_reason is None
     whole, cut = partial.tool_calls
