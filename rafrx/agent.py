@@ -80,6 +80,7 @@ from rafrx.operators._execute_tools import (
     execute_tools,
     tool_table,
 )
+from rafrx.operators._inputs import a_noun
 from rafrx.response import AgentResponse, AgentResponseResult, FinishReason
 from rafrx.sources._policy import parse_retry_after, request_id
 from rafrx.tools import Tool, as_tool
@@ -133,7 +134,7 @@ def _what(value: object) -> str:
     content, which may hold a key)."""
     if isinstance(value, type):
         return f"the class {value.__name__} (give an instance)"
-    return f"a {type(value).__name__}"
+    return a_noun(type(value).__name__)
 
 
 def _as_input(value: str | ChatMessage | Sequence[ChatMessage]) -> tuple[ChatMessage, ...]:

@@ -25,7 +25,7 @@ from rafrx.errors import (
 )
 from rafrx.events import FinishEvent, ResponseStartedEvent, ToolApprovalRequestEvent
 from rafrx.messages import MCP_APPROVAL_RESPONSE
-from rafrx.operators._inputs import not_a_result
+from rafrx.operators._inputs import a_noun, not_a_result
 from rafrx.response import AgentResponseResult
 from rafrx.tools import Tool, ToolApprovalResponse, as_tool, format_result
 from rafrx.typing import Operator
@@ -54,7 +54,7 @@ def check_approver(approver: object) -> None:
     """  # noqa: E501
     if approver is None or callable(approver) or isinstance(approver, Observable):
         return
-    shown = repr(approver) if isinstance(approver, bool) else f"a {type(approver).__name__}"
+    shown = repr(approver) if isinstance(approver, bool) else a_noun(type(approver).__name__)
     raise TypeError(
         "an approver is a callable answering each ToolApprovalRequestEvent (lambda event: "
         f"True approves every call) or an observable of ToolApprovalResponse, not {shown}"

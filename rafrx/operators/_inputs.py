@@ -24,7 +24,7 @@ from reactivex import Observable
 
 from rafrx.updates import Update
 
-__all__ = ["check_stream", "not_a_result", "not_a_source"]
+__all__ = ["a_noun", "check_stream", "not_a_result", "not_a_source"]
 
 
 def check_stream(value: object, taker: str) -> None:
@@ -40,10 +40,10 @@ def check_stream(value: object, taker: str) -> None:
             f"{said} a coroutine: agent.send(...) is the awaitable response, "
             "agent.run(...) its stream"
         )
-    raise TypeError(f"{said} {_a(type(value).__name__)}")
+    raise TypeError(f"{said} {a_noun(type(value).__name__)}")
 
 
-def _a(noun: str) -> str:
+def a_noun(noun: str) -> str:
     """``noun`` with its indefinite article."""
     return f"an {noun}" if noun[:1].lower() in "aeiou" else f"a {noun}"
 
@@ -68,5 +68,5 @@ def not_a_result(item: object, operator: str) -> TypeError:
     if isinstance(item, Update):
         why = "an update: put convert() before it (updates -> results)"
     else:
-        why = _a(type(item).__name__)
+        why = a_noun(type(item).__name__)
     return TypeError(f"{operator} takes AgentResponseResults, got {shown}, {why}")

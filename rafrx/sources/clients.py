@@ -64,6 +64,7 @@ from rafrx.messages import (
     to_anthropic,
     to_openai_chat,
 )
+from rafrx.operators._inputs import a_noun
 from rafrx.sources._http import HTTPRequest, stream_updates
 from rafrx.sources._policy import RetryPolicy, Timeouts
 from rafrx.sources._secrets import masked_url
@@ -667,9 +668,7 @@ def _check_string(name: str, value: object) -> None:
     """
     if value is None or isinstance(value, str):
         return
-    kind = type(value).__name__
-    article = "an" if kind[:1].lower() in "aeiou" else "a"
-    raise TypeError(f"{name} takes a string (or None), not {article} {kind}")
+    raise TypeError(f"{name} takes a string (or None), not {a_noun(type(value).__name__)}")
 
 
 def _check_body_fields(params: Mapping[str, Any], given_to: str) -> None:
