@@ -13,8 +13,8 @@ every applicable contender reads that same chunk list. Each contender
 first runs once untimed (its result is checked against the scenario's
 expected result, and a peer's run is stopped at ``--cap`` seconds: a
 quadratic peer on the 1 MB argument is then reported as a lower bound; the
-limit loops, rafrx and the jiter re-parse, which a target measures at 1 MB,
-always run to the end). Then the timed
+limit loops, rafrx, ``ChatCompletionStreamState`` and the jiter re-parse,
+which targets measure at 1 MB too, always run to the end). Then the timed
 runs are interleaved across contenders (so background load hits all alike),
 ``--repeat`` of them (more, up to 50, for runs of a few milliseconds; fewer
 when one run is long: ``--budget`` seconds per contender and scenario, and a
