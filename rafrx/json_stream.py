@@ -114,6 +114,8 @@ _scanstring: Final[Callable[[str, int], tuple[str, int]]] = json.decoder.scanstr
 _PENDING: Final = re.compile(
     r"\\(?:u[0-9a-fA-F]{0,3})?|\\u[dD][89abAB][0-9a-fA-F]{2}(?:\\(?:u[0-9a-fA-F]{0,3})?)?"
 )
+# A key's plain run from its opening quote, then its closing quote and colon if they follow.
+_KEY_HEAD: Final = _matcher(r'"([^"\\\x00-\x1f]*+)(?:(")[ \t\n\r]*+(?:(:)[ \t\n\r]*+)?)?')
 _DIGITS: Final = _matcher(r"[0-9]*")
 _LITERALS: Final = {"t": "true", "f": "false", "n": "null", "N": "NaN", "I": "Infinity"}
 _CONSTANTS: Final[dict[str, Any]] = {
@@ -507,20 +509,36 @@ class StreamingArgsParser(Generic[E]):
         return i + 1
 
     def _start_key(self, c: str, s: str, i: int, base: int) -> int:
+        first = self._first
+        self._first = False
         if c == '"':
-            self._mode = _STRING
-            self._is_key = True
-            self._out = None
-            if len(self._stack) == 1 and self._top_object:
-                self._key_parts = []
-                self._out = self._key_parts
-        elif c == "}" and self._first:
+            return self._key(s, i)
+        if c == "}" and first:
             self._stack.pop()
             self._value_done(s, i + 1)
         else:
             self._fail("Expecting property name enclosed in double quotes", base + i)
-        self._first = False
         return i + 1
+
+    def _key(self, s: str, i: int) -> int:
+        """A key from its opening quote at ``s[i]``: its plain run, closing quote and colon."""
+        m = _KEY_HEAD(s, i)
+        j = m.end()
+        self._scanned += j - i - 1  # (the quote was counted)
+        key = m[1]
+        tracked = len(self._stack) == 1 and self._top_object
+        if m[2] is None:  # the key goes on (an escape, the fragment's end) or is invalid
+            self._mode = _STRING
+            self._is_key = True
+            self._out = None
+            if tracked:
+                self._key_parts = [key] if key else []
+                self._out = self._key_parts
+        else:
+            if tracked:
+                self._name = key
+            self._mode = _COLON if m[3] is None else _VALUE
+        return j
 
     def _string(self, s: str, i: int, n: int, base: int) -> int:
         j = _CONTENT(s, i).end()
