@@ -97,7 +97,8 @@ E = TypeVar("E")
 
 
 def _matcher(pattern: str) -> Callable[[str, int], re.Match[str]]:
-    # ``pattern`` matches the empty string, so its ``match`` never returns None.
+    # ``pattern`` matches the empty string (or is tried only where it matches,
+    # as _KEY_HEAD at a quote), so its ``match`` never returns None.
     return cast("Callable[[str, int], re.Match[str]]", re.compile(pattern).match)
 
 
@@ -114,8 +115,11 @@ _scanstring: Final[Callable[[str, int], tuple[str, int]]] = json.decoder.scanstr
 _PENDING: Final = re.compile(
     r"\\(?:u[0-9a-fA-F]{0,3})?|\\u[dD][89abAB][0-9a-fA-F]{2}(?:\\(?:u[0-9a-fA-F]{0,3})?)?"
 )
-# A key's plain run from its opening quote, then its closing quote and colon if they follow.
-_KEY_HEAD: Final = _matcher(r'"([^"\\\x00-\x1f]*+)(?:(")[ \t\n\r]*+(?:(:)[ \t\n\r]*+)?)?')
+# A key's plain run from its opening quote, then its closing quote and colon if they
+# follow; _NEXT_KEY: the same after the comma that ends an object's member.
+_KEY_REST = r'"([^"\\\x00-\x1f]*+)(?:(")[ \t\n\r]*+(?:(:)[ \t\n\r]*+)?)?'
+_KEY_HEAD: Final = _matcher(_KEY_REST)
+_NEXT_KEY: Final = re.compile(r",[ \t\n\r]*+" + _KEY_REST).match
 _DIGITS: Final = _matcher(r"[0-9]*")
 _LITERALS: Final = {"t": "true", "f": "false", "n": "null", "N": "NaN", "I": "Infinity"}
 _CONSTANTS: Final[dict[str, Any]] = {
@@ -448,7 +452,14 @@ class StreamingArgsParser(Generic[E]):
                 elif mode == _AFTER and self._stack:
                     stack = self._stack
                     if c == ",":
-                        self._mode = _KEY if stack[-1] == "}" else _VALUE
+                        if stack[-1] == "]":
+                            self._mode = _VALUE
+                        else:
+                            key = _NEXT_KEY(s, i)
+                            if key is not None:  # one match for the comma, key and colon
+                                i = self._key(key, i)
+                                continue
+                            self._mode = _KEY
                     elif c == stack[-1]:
                         stack.pop()
                         self._value_done(s, i + 1)
@@ -512,7 +523,7 @@ class StreamingArgsParser(Generic[E]):
         first = self._first
         self._first = False
         if c == '"':
-            return self._key(s, i)
+            return self._key(_KEY_HEAD(s, i), i)
         if c == "}" and first:
             self._stack.pop()
             self._value_done(s, i + 1)
@@ -520,11 +531,11 @@ class StreamingArgsParser(Generic[E]):
             self._fail("Expecting property name enclosed in double quotes", base + i)
         return i + 1
 
-    def _key(self, s: str, i: int) -> int:
-        """A key from its opening quote at ``s[i]``: its plain run, closing quote and colon."""
-        m = _KEY_HEAD(s, i)
+    def _key(self, m: re.Match[str], i: int) -> int:
+        """A key matched from ``i`` (its quote, or the comma before it, was counted):
+        its plain run, closing quote and colon."""
         j = m.end()
-        self._scanned += j - i - 1  # (the quote was counted)
+        self._scanned += j - i - 1
         key = m[1]
         tracked = len(self._stack) == 1 and self._top_object
         if m[2] is None:  # the key goes on (an escape, the fragment's end) or is invalid
