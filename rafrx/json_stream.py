@@ -725,5 +725,5 @@ class StreamingArgsParser(Generic[E]):
             else:
                 new = parts[start]
             self._progress_from = start + 1
-            self._received += _utf8_len(new)
+            self._received += len(new) if new.isascii() else _utf8_len(new)
             self._events.append(self._progress(self._name, self._received, new))
