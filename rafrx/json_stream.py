@@ -97,7 +97,8 @@ E = TypeVar("E")
 
 
 def _matcher(pattern: str) -> Callable[[str, int], re.Match[str]]:
-    # ``pattern`` matches the empty string, so its ``match`` never returns None.
+    # ``pattern`` matches the empty string (or is tried only where it matches,
+    # as _KEY_HEAD at a quote), so its ``match`` never returns None.
     return cast("Callable[[str, int], re.Match[str]]", re.compile(pattern).match)
 
 
@@ -114,6 +115,11 @@ _scanstring: Final[Callable[[str, int], tuple[str, int]]] = json.decoder.scanstr
 _PENDING: Final = re.compile(
     r"\\(?:u[0-9a-fA-F]{0,3})?|\\u[dD][89abAB][0-9a-fA-F]{2}(?:\\(?:u[0-9a-fA-F]{0,3})?)?"
 )
+# A key's plain run from its opening quote, then its closing quote and colon if they
+# follow; _NEXT_KEY: the same after the comma that ends an object's member.
+_KEY_REST = r'"([^"\\\x00-\x1f]*+)(?:(")[ \t\n\r]*+(?:(:)[ \t\n\r]*+)?)?'
+_KEY_HEAD: Final = _matcher(_KEY_REST)
+_NEXT_KEY: Final = re.compile(r",[ \t\n\r]*+" + _KEY_REST).match
 _DIGITS: Final = _matcher(r"[0-9]*")
 _LITERALS: Final = {"t": "true", "f": "false", "n": "null", "N": "NaN", "I": "Infinity"}
 _CONSTANTS: Final[dict[str, Any]] = {
@@ -446,7 +452,14 @@ class StreamingArgsParser(Generic[E]):
                 elif mode == _AFTER and self._stack:
                     stack = self._stack
                     if c == ",":
-                        self._mode = _KEY if stack[-1] == "}" else _VALUE
+                        if stack[-1] == "]":
+                            self._mode = _VALUE
+                        else:
+                            key = _NEXT_KEY(s, i)
+                            if key is not None:  # one match for the comma, key and colon
+                                i = self._key(key, i)
+                                continue
+                            self._mode = _KEY
                     elif c == stack[-1]:
                         stack.pop()
                         self._value_done(s, i + 1)
@@ -507,20 +520,36 @@ class StreamingArgsParser(Generic[E]):
         return i + 1
 
     def _start_key(self, c: str, s: str, i: int, base: int) -> int:
+        first = self._first
+        self._first = False
         if c == '"':
-            self._mode = _STRING
-            self._is_key = True
-            self._out = None
-            if len(self._stack) == 1 and self._top_object:
-                self._key_parts = []
-                self._out = self._key_parts
-        elif c == "}" and self._first:
+            return self._key(_KEY_HEAD(s, i), i)
+        if c == "}" and first:
             self._stack.pop()
             self._value_done(s, i + 1)
         else:
             self._fail("Expecting property name enclosed in double quotes", base + i)
-        self._first = False
         return i + 1
+
+    def _key(self, m: re.Match[str], i: int) -> int:
+        """A key matched from ``i`` (its quote, or the comma before it, was counted):
+        its plain run, closing quote and colon."""
+        j = m.end()
+        self._scanned += j - i - 1
+        key = m[1]
+        tracked = len(self._stack) == 1 and self._top_object
+        if m[2] is None:  # the key goes on (an escape, the fragment's end) or is invalid
+            self._mode = _STRING
+            self._is_key = True
+            self._out = None
+            if tracked:
+                self._key_parts = [key] if key else []
+                self._out = self._key_parts
+        else:
+            if tracked:
+                self._name = key
+            self._mode = _COLON if m[3] is None else _VALUE
+        return j
 
     def _string(self, s: str, i: int, n: int, base: int) -> int:
         j = _CONTENT(s, i).end()
@@ -696,5 +725,5 @@ class StreamingArgsParser(Generic[E]):
             else:
                 new = parts[start]
             self._progress_from = start + 1
-            self._received += _utf8_len(new)
+            self._received += len(new) if new.isascii() else _utf8_len(new)
             self._events.append(self._progress(self._name, self._received, new))

@@ -650,3 +650,49 @@ def test_the_text_of_a_long_argument_is_kept_while_it_streams() -> None:
     parser.feed(doc[-2:])
     assert parser.text == doc
     assert parser.close() == json.loads(doc)
+
+
+# -- token fast paths -------------------------------------------------------
+
+_TOKEN_RUNS = [
+    '{"city": "Paris", "days": 5, "include": ["wind", "uv"], "deep": {"k": [1, "v"]}}',
+    '{"a"  :\t"b" ,\n"c":1}',
+    '{"k\\u00e9y\\n": 1, "\\ud83d\\ude00": 2, "\\"": 3, "": 4}',
+    '{"a": {"b"  : 1, "c\\t": 2, "d": {}}, "e": [{"f": null}]}',
+    '{"a": -0, "b": 12.5e-3, "c": 0E+2, "d": -1, "e": 7}',
+    '{"a": [1, -2.5, 3e2, 0], "b": [[0], {"x": 1E1}]}',
+    '{"a": 1}',
+    # Invalid: the error (message and offset) is the same however the text is cut.
+    '{"a\x01": 1}',
+    '{"a\\x": 1}',
+    '{"a" 1}',
+    '{"a": 1 "b": 2}',
+    '{"a": 01}',
+    '{"a": 1.}',
+    '{"a": 1.5e}',
+    '{"a": -}',
+    '{"a": 1x}',
+    '{"a": [1 2]}',
+    '{"a": {"b" 1}}',
+    '{"a": 1, "b"',
+    '{"a": 5',
+]
+
+
+@pytest.mark.parametrize("text", _TOKEN_RUNS)
+def test_token_fast_paths_equal_the_per_character_path(text: str) -> None:
+    """Fed whole or cut in two, a key with its colon, or a number with its
+    delimiter, takes one regular expression: it must report exactly what
+    the per-character feed (a token at a time, never a whole one) reports."""
+
+    def outcome(frags: list[str]) -> tuple[Any, ...]:
+        parser, per_feed, verdict = run(frags)
+        events = events_of(per_feed)
+        members = [e for e in events if isinstance(e, ArgMember)]
+        grown = [(e.name, e.fragment) for e in events if isinstance(e, ArgProgress)]
+        return members, "".join(f for _, f in grown), verdict, parser.error
+
+    expected = outcome(list(text))
+    assert expected[2][0] == oracle(text)[0]
+    for cut in range(len(text) + 1):
+        assert outcome(pieces(text, [cut])) == expected, cut
