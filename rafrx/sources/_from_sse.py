@@ -134,7 +134,6 @@ class _SyncBody(SyncSource[AgentResponseUpdate]):
     """``from_sse`` over bytes or a sync iterable: decoded while subscribed."""
 
     def __init__(self, chunks: Iterable[bytes], make: Callable[[], UpdateDecoder]) -> None:
-        super().__init__()
         self._chunks = chunks
         self._make = make
 
