@@ -138,6 +138,13 @@ class Chain(Generic[A, B]):
     def finish(self) -> Sequence[B]:
         items: Sequence[Any] = _NOTHING
         for k, stage in enumerate(self._stages):
+            if not items:  # (the usual case: a stage's finish feeds none to the next)
+                try:
+                    items = stage.finish()
+                except Exception:
+                    self.raised(k, _NOTHING)
+                    raise
+                continue
             produced = self._through(k, items)
             try:
                 produced.extend(stage.finish())
