@@ -21,6 +21,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING
 
 # The stages are imported here, once, not in each factory: an import statement run in
@@ -226,7 +227,7 @@ def convert(
          'ToolCallArgsParsedContent', 'ToolCallEndContent', 'ToolCallingContent']
     """
     not_a_source(eager, "convert")
-    return reducer_operator(lambda: Converter(eager, max_argument_chars))
+    return reducer_operator(functools.partial(Converter, eager, max_argument_chars))
 
 
 def aggregate(agent_id: str | None = None) -> Operator[AgentResponseResult, AgentResponse]:

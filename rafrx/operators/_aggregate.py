@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections import deque
 from collections.abc import Sequence
 from typing import Any
@@ -310,7 +311,7 @@ class ResponseAggregator:
 
 def aggregate(agent_id: str | None = None) -> Operator[AgentResponseResult, AgentResponse]:
     """See :func:`rafrx.operators.aggregate`."""
-    return reducer_operator(lambda: ResponseAggregator(agent_id))
+    return reducer_operator(functools.partial(ResponseAggregator, agent_id))
 
 
 async def collect_agent_response(
