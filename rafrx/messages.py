@@ -196,6 +196,12 @@ def _text(value: str | None) -> str:
     return value
 
 
+def _role(value: MessageRole | str) -> MessageRole:
+    """``MessageRole(value)``; a role already is kept without the enum's call (two
+    Python calls: every message ``aggregate()`` builds)."""
+    return value if type(value) is MessageRole else MessageRole(value)
+
+
 def _source_or_none(value: MessageSource | str | None) -> MessageSource | None:
     return None if value is None else MessageSource(value)
 
@@ -226,7 +232,7 @@ class ChatMessage:
         'call_1'
     """
 
-    role: MessageRole = attrs.field(converter=MessageRole)
+    role: MessageRole = attrs.field(converter=_role)
     content: str = attrs.field(default="", converter=_text)
     name: str | None = None
     tool_calls: tuple[ToolCall, ...] | None = attrs.field(default=None, converter=_tuple_or_none)

@@ -21,7 +21,7 @@ from rafrx.errors import LimitExceeded, ProtocolError, ProviderError, error_text
 from rafrx.events import Event, FinishEvent, ResponseStartedEvent, ToolApprovalRequestEvent
 from rafrx.operators._builders import agent_result, args_content, reasoning_content, text_content
 from rafrx.operators._reducer import reducer_operator
-from rafrx.response import AgentResponseResult
+from rafrx.response import AgentResponseResult, FinishReason
 from rafrx.typing import Operator
 
 __all__ = ["DEFAULT_MAX_ARGUMENT_CHARS", "OpenCall", "ToolCallAccumulator", "accumulate_tool_calls"]
@@ -80,13 +80,16 @@ class ToolCallAccumulator:
         self._max = max_argument_chars
 
     def result(
-        self, contents: tuple[Content, ...], events: tuple[Event, ...] = ()
+        self,
+        contents: tuple[Content, ...],
+        events: tuple[Event, ...] = (),
+        finish_reason: FinishReason | None = None,
     ) -> AgentResponseResult:
         """The result carrying ``contents`` (the LLM call's first also carries its start)."""
         if not self._in_call:
             self._in_call = True
             events = (ResponseStartedEvent(self._id, self._model), *events)
-        return agent_result(self._id, self._model, None, contents, events)
+        return agent_result(self._id, self._model, finish_reason, contents, events)
 
     @property
     def max_argument_chars(self) -> int:
@@ -168,13 +171,11 @@ class ToolCallAccumulator:
                 contents: tuple[Content, ...] = self._held_halves()
                 if usage is not None:
                     contents = (*contents, UsageContent(usage, meta=meta))
-                result = self.result(contents, (FinishEvent(reason, usage),))
+                result = self.result(contents, (FinishEvent(reason, usage),), reason)
                 self._in_call = False
                 self._finished_one = True
                 self._calls.clear()
-                return (
-                    AgentResponseResult(self._id, self._model, reason, contents, result.events),
-                )
+                return (result,)
             case u.ResponseMetadata(response_id, model):
                 self._id = response_id if response_id is not None else self._id
                 self._model = model if model is not None else self._model

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections import deque
 from collections.abc import Sequence
 from typing import Any
@@ -68,19 +69,23 @@ class _Step:
         self.usage: Usage | None = None
         self.finished = False  # its LLM call's FinishEvent came
 
-    def assistant_message(self) -> ChatMessage | None:
-        text = self.joined_text()
-        reasoning = self.joined_reasoning() or None
+    def assistant_message(
+        self, text: str, reasoning: str, calls: list[ToolCall]
+    ) -> ChatMessage | None:
+        """The step's assistant message, given its :meth:`joined_text`,
+        :meth:`joined_reasoning` and :meth:`ordered_calls` (which
+        :meth:`ResponseAggregator.response` also needs: made once)."""
         # A call cut short stays out: no result answers it, and providers refuse that.
-        calls = [c for c in self.ordered_calls() if c.complete]
-        if not (text or calls or reasoning or self.provider_data):
+        calls = [c for c in calls if c.complete]
+        provider_data = self.provider_data
+        if not (text or calls or reasoning or provider_data):
             return None
         return ChatMessage(
             MessageRole.ASSISTANT,
             text,
             tool_calls=calls or None,
-            reasoning=reasoning,
-            provider_data=provider_data_of(self.provider_data),
+            reasoning=reasoning or None,
+            provider_data=provider_data_of(provider_data) if provider_data else None,
         )
 
     def ordered_calls(self) -> list[ToolCall]:
@@ -251,24 +256,31 @@ class ResponseAggregator:
         tool_calls: list[ToolCall] = []
         tool_messages: list[ChatMessage] = []
         usage: Usage | None = None
+        texts: list[str] = []
+        reasonings: list[str] = []
         for step in self._steps:
-            message = step.assistant_message()
+            text = step.joined_text()
+            reasoning = step.joined_reasoning()
+            calls = step.ordered_calls()
+            texts.append(text)
+            reasonings.append(reasoning)
+            message = step.assistant_message(text, reasoning, calls)
             if message is None and step.finished and step is self._steps[-1]:
                 message = ChatMessage(MessageRole.ASSISTANT, "")  # the final answer was empty
             if message is not None:
                 transcript.append(message)
-            tool_calls.extend(step.ordered_calls())
+            tool_calls.extend(calls)
             results = step.tool_messages()
             tool_messages.extend(results)
             transcript.extend(results)
             if step.usage is not None:
                 usage = step.usage if usage is None else usage + step.usage
-        reasoning = "".join(s.joined_reasoning() for s in self._steps)
+        reasoning_text = "".join(reasonings)
         return AgentResponse(
             id=self._id,
             model=self._model,
-            text="".join(s.joined_text() for s in self._steps),
-            reasoning_text=reasoning or None,
+            text="".join(texts),
+            reasoning_text=reasoning_text or None,
             tool_calls=tool_calls,
             tool_messages=tool_messages,
             turn_transcript=transcript,
@@ -299,7 +311,7 @@ class ResponseAggregator:
 
 def aggregate(agent_id: str | None = None) -> Operator[AgentResponseResult, AgentResponse]:
     """See :func:`rafrx.operators.aggregate`."""
-    return reducer_operator(lambda: ResponseAggregator(agent_id))
+    return reducer_operator(functools.partial(ResponseAggregator, agent_id))
 
 
 async def collect_agent_response(

@@ -48,10 +48,16 @@ def a_noun(noun: str) -> str:
     return f"an {noun}" if noun[:1].lower() in "aeiou" else f"a {noun}"
 
 
+_PLAIN = frozenset({type(None), bool, int, str})
+"""What operator factories' first arguments usually are: never an observable."""
+
+
 def not_a_source(first: object, factory: str) -> None:
     """Raise ``TypeError`` when ``first``, the first argument of the operator factory
     named ``factory``, is an observable: the factory itself was given to ``pipe()``
     (``pipe(convert)``), which called it with the stream."""
+    if type(first) in _PLAIN:  # (isinstance with an ABC: a Python call, twice a stream)
+        return
     if isinstance(first, Observable):
         raise TypeError(
             f"{factory} makes an operator: call it in pipe(), as {factory}(...); "

@@ -17,6 +17,7 @@ convert(), aggregate())`` is one loop with no observer calls in between.
 from __future__ import annotations
 
 import asyncio
+import threading
 from abc import abstractmethod
 from collections.abc import Callable, Sequence
 from typing import Any, Generic, Protocol, TypeVar
@@ -137,6 +138,13 @@ class Chain(Generic[A, B]):
     def finish(self) -> Sequence[B]:
         items: Sequence[Any] = _NOTHING
         for k, stage in enumerate(self._stages):
+            if not items:  # (the usual case: a stage's finish feeds none to the next)
+                try:
+                    items = stage.finish()
+                except Exception:
+                    self.raised(k, _NOTHING)
+                    raise
+                continue
             produced = self._through(k, items)
             try:
                 produced.extend(stage.finish())
@@ -193,6 +201,26 @@ def _chained(
     return factory
 
 
+class _LazyLock:
+    """``Observable.lock``, made when first asked for.
+
+    ``Observable.__init__`` makes an ``RLock`` per observable (two Python
+    calls), which only some reactivex operators take (``take_while``,
+    ``delay``…): a stream builds three observables and never takes it.
+    """
+
+    _making = threading.Lock()  # (two threads asking first get the same lock)
+
+    def __get__(self, observable: object, owner: type | None = None) -> Any:
+        if observable is None:
+            return self
+        with self._making:
+            kept = vars(observable)
+            if "lock" not in kept:  # (then it is found there, without this descriptor)
+                kept["lock"] = threading.RLock()
+            return kept["lock"]
+
+
 class _DirectPipe(Observable[A]):
     """An Observable whose ``pipe`` applies the operators one after the other itself.
 
@@ -200,7 +228,14 @@ class _DirectPipe(Observable[A]):
     import, a composed function and a reduce per call), once per stream.
     Typed callers see ``Observable.pipe``: ``from_sse`` and the operators
     return ``Observable``.
+
+    Subclasses do not call ``Observable.__init__``: what it sets is a
+    ``lock`` (here made when first asked for) and the ``_subscribe`` function
+    that ``_subscribe_core`` calls, which they override.
     """
+
+    lock = _LazyLock()
+    _subscribe = None
 
     def pipe(self, *operators: Callable[[Any], Any]) -> Any:
         source: Any = self
@@ -247,9 +282,6 @@ class SyncSource(_DirectPipe[A]):
     iterable is one.
     """
 
-    def __init__(self) -> None:
-        super().__init__()  # (subscribing is _subscribe_core: no bound method kept, no cycle)
-
     @abstractmethod
     def drive(
         self,
@@ -289,7 +321,6 @@ class ReducedObservable(_DirectPipe[B]):
     def __init__(self, source: Observable[Any], factory: Callable[[], Reducer[Any, B]]) -> None:
         self.source = source
         self.factory = factory
-        super().__init__()  # (subscribing is _subscribe_core: no bound method kept, no cycle)
 
     def run(self, scheduler: abc.SchedulerBase | None = None) -> B:
         """The last item, as :meth:`reactivex.Observable.run` returns it.
@@ -307,15 +338,17 @@ class ReducedObservable(_DirectPipe[B]):
             Exception: The error the stream ended with.
             SequenceContainsNoElementsError: The stream completed empty.
         """
-        if isinstance(self.source, SyncSource) and scheduler is None:
+        source = self.source
+        if scheduler is None and SyncSource in type(source).__mro__:  # (isinstance: ABC's check)
+            sync: SyncSource[Any] = source  # type: ignore[assignment]
             last: _Last[B] = _Last()  # (no _Last[B](): a typing call per stream)
-            self._attach(last, None, at_once=True)
+            self._attach(last, None, now=sync)
             return last.value()
         if scheduler is None and _loop_running():
             # Rx's run() would wait on this thread for a source the loop drives (an
             # HTTP stream): it would wait forever. A synchronous source still works.
             last = _Last()
-            subscription = self._attach(last, None, at_once=False)
+            subscription = self._attach(last, None)
             if not last.ended:
                 subscription.dispose()
                 raise RuntimeError(
@@ -329,21 +362,27 @@ class ReducedObservable(_DirectPipe[B]):
     def _subscribe_core(
         self, observer: abc.ObserverBase[B], scheduler: abc.SchedulerBase | None = None
     ) -> abc.DisposableBase:
-        return self._attach(observer, scheduler, at_once=False)
+        return self._attach(observer, scheduler)
 
     def _attach(
-        self, observer: abc.ObserverBase[B], scheduler: abc.SchedulerBase | None, *, at_once: bool
+        self,
+        observer: abc.ObserverBase[B],
+        scheduler: abc.SchedulerBase | None,
+        *,
+        now: SyncSource[Any] | None = None,
     ) -> abc.DisposableBase:
-        """Subscribe ``observer``; ``at_once``: drive a :class:`SyncSource` during the call."""
+        """Subscribe ``observer``; ``now``: the source, a :class:`SyncSource`, to drive
+        during the call (it has ended on return: nothing is left to dispose)."""
         reducer = self.factory()
         stopped = False
         raised: Exception | None = None  # what observer.on_next raised: the source may send it
-        upstream = SingleAssignmentDisposable()
+        upstream: SingleAssignmentDisposable | None = None  # (driven now: none)
 
         def stop() -> None:
             nonlocal stopped
             stopped = True
-            upstream.dispose()
+            if upstream is not None:
+                upstream.dispose()
 
         def on_next(item: Any) -> None:
             if stopped:
@@ -399,21 +438,26 @@ class ReducedObservable(_DirectPipe[B]):
                     return False
             return True
 
+        if now is not None:  # (no disposables: about 2% of a two-event stream)
+            now.drive(on_next, on_error, on_completed, lambda: stopped)
+            return _ENDED
+        upstream = SingleAssignmentDisposable()
         source = self.source
         if isinstance(source, SyncSource):
 
             def drive() -> None:  # no observers in between
                 source.drive(on_next, on_error, on_completed, lambda: stopped)
 
-            if at_once:
-                drive()
-            else:
-                upstream.disposable = _soon(drive, scheduler)
+            upstream.disposable = _soon(drive, scheduler)
         else:
             upstream.disposable = source.subscribe(
                 on_next, on_error, on_completed, scheduler=scheduler
             )
         return Disposable(stop)
+
+
+_ENDED = Disposable()
+"""What subscribing to a source driven to its end during the call returns."""
 
 
 class _Last(abc.ObserverBase[A]):

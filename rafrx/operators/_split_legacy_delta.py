@@ -255,15 +255,19 @@ class LegacyDeltaSplitter:
             if slot.held:
                 out.append(ToolCallArgs(slot.id, "".join(slot.held)))
                 slot.held.clear()
-            out += _named_extras(slot, slot.id)
+            if slot.extras:
+                out += _named_extras(slot, slot.id)
         return out
 
     def _end_all(self) -> list[AgentResponseUpdate]:
+        if not (self._slots or self._open):  # (at the finish after a Finish: nothing open)
+            return []
         for index, slot in self._slots.items():
             _check_named(index, slot)
         out: list[AgentResponseUpdate] = [ToolCallEnd(slot.id or "") for slot in self._open]
         for slot in self._slots.values():  # (extras of a call that never came: kept all the same)
-            out += _named_extras(slot, slot.id or new_call_id())
+            if slot.extras:
+                out += _named_extras(slot, slot.id or new_call_id())
         self._open.clear()
         self._slots.clear()
         self._ids.clear()

@@ -91,17 +91,17 @@ def from_sse(
     if isinstance(chunks, str):
         raise TypeError("from_sse() reads bytes, not str: encode the body first")
 
-    def decoder() -> UpdateDecoder:
-        return UpdateDecoder(
-            dialect, max_line_bytes=max_line_bytes, max_event_bytes=max_event_bytes
-        )
-
+    decoder = functools.partial(
+        UpdateDecoder, dialect, max_line_bytes=max_line_bytes, max_event_bytes=max_event_bytes
+    )
     if isinstance(chunks, bytes | bytearray | memoryview):
-        return _from_sync(_Pieces(bytes(chunks)), decoder)
+        return _SyncBody(_Pieces(bytes(chunks)), decoder)
+    if type(chunks) is list or type(chunks) is tuple:  # (the ABC checks below: Python calls)
+        return _SyncBody(chunks, decoder)
     if isinstance(chunks, AsyncIterable):
         return _from_async(chunks, decoder)
     if isinstance(chunks, Iterable):
-        return _from_sync(chunks, decoder)
+        return _SyncBody(chunks, decoder)
     raise TypeError(f"from_sse() needs bytes or an iterable of bytes, got {type(chunks).__name__}")
 
 
@@ -126,15 +126,10 @@ class _Pieces:
             yield body[start : start + size]
 
 
-def _from_sync(chunks: Iterable[bytes], make: Any) -> Observable[AgentResponseUpdate]:
-    return _SyncBody(chunks, make)
-
-
 class _SyncBody(SyncSource[AgentResponseUpdate]):
     """``from_sse`` over bytes or a sync iterable: decoded while subscribed."""
 
     def __init__(self, chunks: Iterable[bytes], make: Callable[[], UpdateDecoder]) -> None:
-        super().__init__()
         self._chunks = chunks
         self._make = make
 

@@ -127,3 +127,33 @@ def test_a_reducer_whose_fail_raises_ends_the_stream_once_with_that_error(fused:
     assert [(type(e), str(e)) for e in errors] == [
         (RuntimeError, "fail() broke on ValueError('upstream')")
     ]  # and run() checked: nothing after it, no completion
+
+
+BODY = chunk({"content": "Hi"}) + chunk({"content": " there"}) + b"data: [DONE]\n\n"
+
+
+def test_the_fused_observables_have_the_lock_reactivex_operators_take() -> None:
+    # Observable.__init__ is skipped (no RLock per observable): `lock` is made when first
+    # asked for, once per observable, and operators that take it work as on any other.
+    results = from_sse(BODY).pipe(ops.convert())
+    source = results.source  # type: ignore[attr-defined]
+    assert results.lock is results.lock
+    assert source.lock is source.lock
+    assert source.lock is not results.lock
+    with results.lock, results.lock:  # (reentrant, as reactivex's own)
+        pass
+    texts = results.pipe(
+        reactivex.operators.take_while(lambda r: not r.finish_reason),
+        reactivex.operators.skip_last(1),
+        reactivex.operators.to_list(),
+    ).run()
+    assert [c.text for r in texts for c in r.contents] == ["Hi"]
+
+
+def test_run_over_a_sync_source_is_what_subscribing_gives() -> None:
+    # run() drives the body during the call, without disposables: the same items.
+    seen: list[Any] = []
+    results = from_sse(BODY).pipe(ops.convert())
+    results.subscribe(seen.append)
+    assert results.run() == seen[-1]
+    assert results.pipe(ops.aggregate()).run().text == "Hi there"
