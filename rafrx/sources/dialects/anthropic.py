@@ -75,12 +75,12 @@ from rafrx.messages import CONTAINER_REF, PAUSE_TURN_REF, TEXT_REF, TOOL_USE_REF
 from rafrx.operators._split_legacy_delta import unique_call_id
 from rafrx.response import FinishReason
 from rafrx.sources.dialects._common import (
+    NOT_FITTING,
     as_int,
     as_str,
     end_marker,
     error_event,
     event_json,
-    fitting,
     get_object,
     load_object,
     malformed,
@@ -88,6 +88,7 @@ from rafrx.sources.dialects._common import (
     reasoning_delta,
     text_delta,
     tool_call_args,
+    typed_decoder,
 )
 from rafrx.sse import ServerSentEvent
 from rafrx.updates import (
@@ -185,26 +186,27 @@ def _came_whole(block: _Block) -> bool:
 # event than dicts: python -m bench.json_decoders). Any other delta type, or a member
 # of another type, does not fit: the general path reads it into the same structs
 # where it can, so one method applies the rules (tests/sources/test_dialect_fast_paths.py).
+# (gc=False: a decoded tree holds no cycle, and untracked structs cost less to build.)
 
 
-class _TextDelta(msgspec.Struct, tag="text_delta"):
+class _TextDelta(msgspec.Struct, gc=False, tag="text_delta"):
     text: str | None = None
 
 
-class _InputJSONDelta(msgspec.Struct, tag="input_json_delta"):
+class _InputJSONDelta(msgspec.Struct, gc=False, tag="input_json_delta"):
     partial_json: str | None = None
 
 
-class _ThinkingDelta(msgspec.Struct, tag="thinking_delta"):
+class _ThinkingDelta(msgspec.Struct, gc=False, tag="thinking_delta"):
     thinking: str | None = None
 
 
-class _BlockDelta(msgspec.Struct, tag="content_block_delta"):
+class _BlockDelta(msgspec.Struct, gc=False, tag="content_block_delta"):
     index: int
     delta: _TextDelta | _InputJSONDelta | _ThinkingDelta
 
 
-_fit_block_delta = fitting(_BlockDelta)
+_decode_block_delta = typed_decoder(_BlockDelta)
 
 
 class AnthropicDialect:
@@ -250,9 +252,12 @@ class AnthropicDialect:
             return []
         name = event.event
         if name == "content_block_delta":  # nearly every event: the typed path first
-            fitted = _fit_block_delta(event.data)
-            if fitted is not None:
-                return self._content_delta(fitted.index, fitted.delta)
+            try:
+                typed = _decode_block_delta(event.data)
+            except NOT_FITTING:  # another delta type, or an odd one: the general path
+                pass
+            else:
+                return self._content_delta(typed.index, typed.delta)
         if name == "error":
             raise self._failed(error_event(event))
         ended = end_marker(event)  # (blank data, or the [DONE] gateways add)
