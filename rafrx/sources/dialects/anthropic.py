@@ -48,7 +48,7 @@
   events are ignored.
 
 Example:
-    >>> from rafrx.sse import ServerSentEvent
+    >>> from rafrx.sse import EventFields, ServerSentEvent, event_of
     >>> d = AnthropicDialect()
     >>> d.feed(ServerSentEvent("content_block_delta", '{"type": "content_block_delta", '
     ...     '"index": 0, "delta": {"type": "text_delta", "text": "Hi"}}'))
@@ -90,7 +90,7 @@ from rafrx.sources.dialects._common import (
     tool_call_args,
     typed_decoder,
 )
-from rafrx.sse import ServerSentEvent
+from rafrx.sse import EventFields, ServerSentEvent, event_of
 from rafrx.updates import (
     AgentResponseUpdate,
     Finish,
@@ -248,16 +248,26 @@ class AnthropicDialect:
 
     def feed(self, event: ServerSentEvent) -> list[AgentResponseUpdate]:
         """Translate one event; see :class:`~rafrx.sources.dialects.Dialect`."""
+        return self._feed_fields((event.event, event.data, event.id, event.retry))
+
+    def _feed_fields(self, fields: EventFields) -> list[AgentResponseUpdate]:
+        """:meth:`feed` for an event given by its fields (:class:`UpdateDecoder
+        <rafrx.sources.UpdateDecoder>`'s way): a text, argument or thinking delta needs
+        no :class:`ServerSentEvent`; any other event is read from one."""
         if self._done:
             return []
-        name = event.event
-        if name == "content_block_delta":  # nearly every event: the typed path first
+        if fields[0] == "content_block_delta":  # nearly every event: the typed path first
             try:
-                typed = _decode_block_delta(event.data)
+                typed = _decode_block_delta(fields[1])
             except NOT_FITTING:  # another delta type, or an odd one: the general path
                 pass
             else:
                 return self._content_delta(typed.index, typed.delta)
+        return self._general_event(event_of(fields))
+
+    def _general_event(self, event: ServerSentEvent) -> list[AgentResponseUpdate]:
+        """What :meth:`feed` returns for any event but a typed delta: read as dicts."""
+        name = event.event
         if name == "error":
             raise self._failed(error_event(event))
         ended = end_marker(event)  # (blank data, or the [DONE] gateways add)

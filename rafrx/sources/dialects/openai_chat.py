@@ -51,7 +51,7 @@ contribute their choices and usage but not their (empty) id and model. An
 raises :class:`~rafrx.errors.ProviderError`.
 
 Example:
-    >>> from rafrx.sse import ServerSentEvent
+    >>> from rafrx.sse import EventFields, ServerSentEvent, event_of
     >>> d = OpenAIChatDialect()
     >>> d.feed(ServerSentEvent(data='{"id": "c1", "model": "m", '
     ...     '"choices": [{"index": 0, "delta": {"content": "Hi"}, "finish_reason": "stop"}]}'))
@@ -91,7 +91,7 @@ from rafrx.sources.dialects._common import (
     text_delta,
     typed_decoder,
 )
-from rafrx.sse import ServerSentEvent
+from rafrx.sse import EventFields, ServerSentEvent, event_of
 from rafrx.updates import (
     AgentResponseUpdate,
     Finish,
@@ -299,14 +299,19 @@ class OpenAIChatDialect:
 
     def feed(self, event: ServerSentEvent) -> list[AgentResponseUpdate]:
         """Translate one event; see :class:`~rafrx.sources.dialects.Dialect`."""
+        return self._feed_fields((event.event, event.data, event.id, event.retry))
+
+    def _feed_fields(self, fields: EventFields) -> list[AgentResponseUpdate]:
+        """:meth:`feed` for an event given by its fields (:class:`UpdateDecoder
+        <rafrx.sources.UpdateDecoder>`'s way): a chunk of the typed shape needs no
+        :class:`ServerSentEvent`; the general path builds one."""
         if self._done:
             return []
-        name = event.event
+        name, data, _, _ = fields
         if name == "error":
-            raise self._failed(error_event(event))
+            raise self._failed(error_event(event_of(fields)))
         if name not in ("message", ""):
             return []  # an unknown named event (e.g. a keep-alive): not a chunk
-        data = event.data
         if data[:1] != "{":  # not the usual chunk: blank, [DONE], or padded with spaces
             data = data.strip(_JSON_WHITESPACE)
             if not data:
@@ -317,9 +322,11 @@ class OpenAIChatDialect:
         try:
             typed = (_decode_chunk if self._meta_sent else _decode_first)(data)
         except NOT_FITTING:  # not the usual chunk: the general path
-            pass
-        else:
-            return self._typed_chunk(event, typed)
+            return self._general_chunk(event_of(fields))
+        return self._typed_chunk(fields, typed)
+
+    def _general_chunk(self, event: ServerSentEvent) -> list[AgentResponseUpdate]:
+        """What :meth:`feed` returns for a chunk of any other shape: read as dicts."""
         chunk = load_object(event)
         error = chunk.get("error")
         if error is None and chunk.get("error_message") is not None:  # DeepInfra's, Venice's
@@ -360,7 +367,7 @@ class OpenAIChatDialect:
             self._usage = usage
         return out
 
-    def _typed_chunk(self, event: ServerSentEvent, chunk: _Chunk) -> list[AgentResponseUpdate]:
+    def _typed_chunk(self, fields: EventFields, chunk: _Chunk) -> list[AgentResponseUpdate]:
         """What :meth:`feed` returns for a chunk that fits the typed shape (same rules)."""
         out: list[AgentResponseUpdate] = []
         if type(chunk) is _FirstChunk and chunk.object in _OBJECTS and (chunk.id or chunk.model):
@@ -376,7 +383,7 @@ class OpenAIChatDialect:
                 continue
             reasoning = delta.reasoning_content or delta.reasoning
             if delta.reasoning_details:
-                detailed = self._add_details(event, delta.reasoning_details)
+                detailed = self._add_details(event_of(fields), delta.reasoning_details)
                 if delta.reasoning_content is None and delta.reasoning is None:
                     reasoning = detailed  # (MiniMax sends it there only)
             if reasoning:
@@ -387,7 +394,7 @@ class OpenAIChatDialect:
                 out.append(text_delta(delta.refusal))
             for call in delta.tool_calls or ():
                 if call.index is not None and call.index < 0:
-                    raise malformed(event, f"invalid tool call index {call.index!r}")
+                    raise malformed(event_of(fields), f"invalid tool call index {call.index!r}")
                 if self._custom and call.function is not None:  # as _tool_calls does
                     self._close_custom(call.index, out)
                 function = call.function or _NO_FUNCTION
