@@ -32,7 +32,7 @@ import importlib
 import json
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NoReturn
 from unittest import mock
 
 import msgspec
@@ -61,8 +61,9 @@ def _decode_all(loads: Callable[[str], Any], payloads: list[str]) -> Callable[[]
     return lambda: [loads(p) for p in payloads]
 
 
-def _fits_nothing(data: str) -> None:
+def _fits_nothing(data: str) -> NoReturn:
     """Stands in for a dialect's typed decoder: every payload goes the general way."""
+    raise msgspec.DecodeError("fits nothing")
 
 
 def _feed_all(dialect_name: str, events: list[ServerSentEvent]) -> Callable[[], Any]:
@@ -97,8 +98,9 @@ def measure(
         feed = _feed_all(scenario.dialect, events)
         typed = _best(feed, len(events), repeat, rounds)
         with (
-            mock.patch.object(openai_chat, "_fit_chunk", _fits_nothing),
-            mock.patch.object(anthropic, "_fit_block_delta", _fits_nothing),
+            mock.patch.object(openai_chat, "_decode_first", _fits_nothing),
+            mock.patch.object(openai_chat, "_decode_chunk", _fits_nothing),
+            mock.patch.object(anthropic, "_decode_block_delta", _fits_nothing),
         ):
             general = _best(feed, len(events), repeat, rounds)
         rows.append((name, len(payloads), decode, typed, general))

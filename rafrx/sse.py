@@ -48,7 +48,8 @@ from __future__ import annotations
 import codecs
 import json
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Iterator
-from typing import Any, Final, final
+from itertools import starmap
+from typing import Any, Final, TypeAlias, final
 
 import attrs
 
@@ -118,6 +119,21 @@ assert [a.name for a in attrs.fields(ServerSentEvent)] == ["event", "data", "id"
 _make_event: Final[Callable[[str, str, str, int | None], ServerSentEvent]] = slot_builder(
     ServerSentEvent
 )
+
+EventFields: TypeAlias = tuple[str, str, str, int | None]
+"""An event as its fields (``event``, ``data``, ``id``, ``retry``): what the decoder
+makes of each event before it builds the :class:`ServerSentEvent`, which the built-in
+dialects do without on their usual events (``SSEDecoder._feed_fields``)."""
+
+
+def event_of(fields: EventFields) -> ServerSentEvent:
+    """The :class:`ServerSentEvent` of an event's fields.
+
+    Example:
+        >>> event_of(("ping", "{}", "7", None))
+        ServerSentEvent(event='ping', data='{}', id='7', retry=None)
+    """
+    return _make_event(*fields)
 
 
 def _usual_block(block: str, event_type: str) -> tuple[str, str] | None:
@@ -270,6 +286,13 @@ class SSEDecoder:
                 :attr:`last_event_id` is that of the events before it; the
                 decoder refuses further input until :meth:`close`.
         """
+        return [*starmap(_make_event, self._feed_fields(chunk))]
+
+    def _feed_fields(self, chunk: bytes) -> list[EventFields]:
+        """:meth:`feed`, giving each event as its fields: the same events, without
+        building a :class:`ServerSentEvent` (about 2,000 instructions an event) that
+        a built-in dialect would only read two fields of (:class:`UpdateDecoder
+        <rafrx.sources.UpdateDecoder>`)."""
         if self._error is not None:
             self._pending = False
             raise detached(self._error)  # (raising the kept one would make a cycle: see _fail)
@@ -299,8 +322,8 @@ class SSEDecoder:
             if usual is not None:
                 self._last_id = last_id = self._id_buffer
                 self._event_type = ""
-                return [_make_event(usual[0] or "message", usual[1], last_id, self._retry)]
-        events: list[ServerSentEvent] = []
+                return [(usual[0] or "message", usual[1], last_id, self._retry)]
+        events: list[EventFields] = []
         try:
             if "\n" not in text:  # the line goes on
                 self._add_piece(text)
@@ -350,7 +373,7 @@ class SSEDecoder:
         self._skip_lf = False
         return text
 
-    def _process(self, text: str, events: list[ServerSentEvent]) -> None:
+    def _process(self, text: str, events: list[EventFields]) -> None:
         """Interpret LF-normalised text holding at least one line end.
 
         The text is cut at blank lines into blocks; the common block shapes
@@ -382,7 +405,6 @@ class SSEDecoder:
 
         if blocks:
             append_event = events.append
-            make_event = _make_event
             data = self._data
             event_type = self._event_type
             id_buffer = self._id_buffer
@@ -435,7 +457,7 @@ class SSEDecoder:
                     self._last_id = last_id  # if it is too big, its id is not committed
                     self._check_event_size(value)
                 last_id = id_buffer
-                append_event(make_event(etype or "message", value, last_id, retry))
+                append_event((etype or "message", value, last_id, retry))
                 event_type = ""
             self._data = data
             self._event_type = event_type
@@ -451,7 +473,7 @@ class SSEDecoder:
             self._tail_bytes = len(last) if last.isascii() else _utf8_len(last)
             self._check_open_line()
 
-    def _lines(self, lines: list[str], events: list[ServerSentEvent]) -> None:
+    def _lines(self, lines: list[str], events: list[EventFields]) -> None:
         """Interpret complete lines one by one, appending dispatched events.
 
         The event's data is measured line by line, so that it fails at the
@@ -469,7 +491,7 @@ class SSEDecoder:
             if not line:  # blank line: dispatch
                 if data:
                     value = "\n".join(data)
-                    events.append(_make_event(event_type or "message", value, id_buffer, retry))
+                    events.append((event_type or "message", value, id_buffer, retry))
                     data = []
                     size = 0
                 last_id = id_buffer

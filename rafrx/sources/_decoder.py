@@ -15,20 +15,42 @@ from __future__ import annotations
 import json
 import re
 import traceback
+from collections.abc import Callable
 from types import TracebackType
+from typing import Any, Final
 
 from rafrx._cycles import detached
 from rafrx.errors import IncompleteStream, MalformedEvent, RafrxError, error_text
 from rafrx.sources._guess import dialect_of
-from rafrx.sources.dialects import DialectFactory, get_dialect
+from rafrx.sources.dialects import (
+    AnthropicDialect,
+    DialectFactory,
+    OpenAIChatDialect,
+    OpenAIResponsesDialect,
+    get_dialect,
+)
 from rafrx.sources.dialects._common import error_event
-from rafrx.sse import DEFAULT_MAX_EVENT_BYTES, DEFAULT_MAX_LINE_BYTES, ServerSentEvent, SSEDecoder
+from rafrx.sse import (
+    DEFAULT_MAX_EVENT_BYTES,
+    DEFAULT_MAX_LINE_BYTES,
+    EventFields,
+    ServerSentEvent,
+    SSEDecoder,
+    event_of,
+)
 from rafrx.updates import AgentResponseUpdate
 
 __all__ = ["UpdateDecoder"]
 
 #: How much of a body with no event is kept, to say what it held instead.
 _HEAD_BYTES = 2048
+
+#: The dialects read from the SSE decoder's event fields (``_feed_fields``), with no
+#: :class:`ServerSentEvent` built for their usual events (about 2,000 instructions an
+#: event) and no ``done`` check per event: once done, their ``_feed_fields`` ignores
+#: the events after it, as ``feed`` does. Only these classes themselves: a subclass
+#: may override ``feed``.
+_READS_FIELDS: Final = (OpenAIChatDialect, AnthropicDialect, OpenAIResponsesDialect)
 _LINE_END = re.compile(rb"\r\n|\r|\n")
 
 
@@ -101,7 +123,18 @@ class UpdateDecoder:
         ValueError: An unknown dialect name.
     """
 
-    __slots__ = ("_dialect", "_error", "_first", "_head", "_name", "_salvaged", "_sse")
+    __slots__ = (
+        "_decode",
+        "_dialect",
+        "_error",
+        "_first",
+        "_head",
+        "_name",
+        "_read",
+        "_salvaged",
+        "_sse",
+        "_stops_per_event",
+    )
 
     def __init__(
         self,
@@ -115,6 +148,15 @@ class UpdateDecoder:
         self._sse = SSEDecoder(
             max_line_bytes=max_line_bytes, max_event_bytes=max_event_bytes, error_field=True
         )
+        # Each event goes from the SSE decoder to the dialect as a ServerSentEvent, or as
+        # its fields (see _READS_FIELDS).
+        self._decode: Callable[[bytes], list[Any]] = self._sse.feed
+        self._read: Callable[[Any], list[AgentResponseUpdate]] = self._dialect.feed
+        self._stops_per_event = True  # checks done after each event
+        if type(self._dialect) in _READS_FIELDS:
+            self._decode = self._sse._feed_fields
+            self._read = self._dialect._feed_fields  # type: ignore[attr-defined]
+            self._stops_per_event = False
         self._error: RafrxError | None = None
         self._salvaged = False
         self._head: bytearray | None = bytearray()  # the body's start, until an event comes
@@ -139,22 +181,23 @@ class UpdateDecoder:
         if dialect.done:
             return []
         sse = self._sse
-        events = sse.feed(chunk)
+        events = self._decode(chunk)  # ServerSentEvents, or their fields
         if self._head is not None:
             self._keep_head(chunk, events)
+        read = self._read
         if len(events) == 1 and sse.error is None:  # a live stream's usual read
             try:
-                return dialect.feed(events[0])
+                return read(events[0])
             except RafrxError as err:
                 self._raise_if_of_another_dialect(err)
                 raise
             except Exception as err:  # (a dialect of one's own failed: typed, caused by it)
                 raise _dialect_failed(events[0], err) from err.with_traceback(_below(err))
         out: list[AgentResponseUpdate] = []
-        feed = dialect.feed
+        stops_per_event = self._stops_per_event
         for event in events:
             try:
-                out += feed(event)
+                out += read(event)
             except RafrxError as err:
                 if not out:
                     self._raise_if_of_another_dialect(err)
@@ -166,18 +209,18 @@ class UpdateDecoder:
                     raise _dialect_failed(event, err) from err.with_traceback(_below(err))
                 self._error = _kept_failure(event, err)
                 return out
-            if dialect.done:
+            if stops_per_event and dialect.done:
                 return out  # whatever follows the terminal marker is ignored
-        if sse.error is not None:  # a limit exceeded after these events
+        if sse.error is not None and not dialect.done:  # a limit exceeded after these events
             self._error = sse.error
             if not out:
                 raise detached(sse.error)
         return out
 
-    def _keep_head(self, chunk: bytes, events: list[ServerSentEvent]) -> None:
+    def _keep_head(self, chunk: bytes, events: list[ServerSentEvent] | list[EventFields]) -> None:
         head = self._head
         if events:
-            self._first = events[0]
+            self._first = _as_event(events[0])
         if events or head is None:
             self._head = None  # a stream of events: nothing to explain
         elif len(head) < _HEAD_BYTES:
@@ -258,7 +301,12 @@ def _again(kept: RafrxError) -> RafrxError:
     return error
 
 
-def _dialect_failed(event: ServerSentEvent, error: Exception) -> MalformedEvent:
+def _as_event(event: ServerSentEvent | EventFields) -> ServerSentEvent:
+    """An event the SSE decoder gave, as a :class:`ServerSentEvent` (it may be its fields)."""
+    return event if isinstance(event, ServerSentEvent) else event_of(event)
+
+
+def _dialect_failed(event: ServerSentEvent | EventFields, error: Exception) -> MalformedEvent:
     """The error of a dialect that failed to read ``event`` with an exception of its own
     (not a :class:`~rafrx.errors.RafrxError`): a :class:`~rafrx.errors.MalformedEvent`
     keeping the event's data, to be raised from ``error``.
@@ -267,6 +315,7 @@ def _dialect_failed(event: ServerSentEvent, error: Exception) -> MalformedEvent:
         >>> _dialect_failed(ServerSentEvent(data="{}"), KeyError("text"))
         MalformedEvent("the dialect could not read an event: KeyError: 'text'")
     """
+    event = _as_event(event)
     return MalformedEvent(
         f"the dialect could not read an event: {type(error).__name__}: {error_text(error)}",
         raw=event.data,
@@ -274,7 +323,7 @@ def _dialect_failed(event: ServerSentEvent, error: Exception) -> MalformedEvent:
     )
 
 
-def _kept_failure(event: ServerSentEvent, error: Exception) -> MalformedEvent:
+def _kept_failure(event: ServerSentEvent | EventFields, error: Exception) -> MalformedEvent:
     """:func:`_dialect_failed` to keep (and raise later), caused by ``error`` without
     the frames of the exceptions of its chain (each dialect frame leads back to the
     decoder that keeps it); the dialect's traceback goes in a note instead."""

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 from unittest import mock
 
+import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -38,9 +39,11 @@ SUITE = DATA / "conformance" / "json-test-suite"
 @contextmanager
 def general_path_only() -> Iterator[None]:
     """Switch both typed fast paths off (their decoders then fit nothing)."""
+    fits_nothing = msgspec.DecodeError("fits nothing")
     with (
-        mock.patch.object(openai_chat, "_fit_chunk", return_value=None),
-        mock.patch.object(anthropic, "_fit_block_delta", return_value=None),
+        mock.patch.object(openai_chat, "_decode_first", side_effect=fits_nothing),
+        mock.patch.object(openai_chat, "_decode_chunk", side_effect=fits_nothing),
+        mock.patch.object(anthropic, "_decode_block_delta", side_effect=fits_nothing),
     ):
         yield
 

@@ -326,10 +326,10 @@ _BUG_CASES: list[tuple[str, Callable[[], Any], Callable[[str], list[ServerSentEv
 
 
 def test_a_skipped_member_is_read_as_json_loads_without_the_int_digit_limit() -> None:
-    """``fitting()`` skips members the struct does not name without Python's
+    """``typed_decoder()`` skips members the struct does not name without Python's
     limit on an integer's digits (``sys.get_int_max_str_digits()``): the fast
     path reads the event as the general path does once that limit is lifted
-    (documented in ``fitting``), in both dialects."""
+    (documented in ``typed_decoder``), in both dialects."""
     for _name, make, events, text in _BUG_CASES:
         data = events(text[:-1] + ', "x": ' + "7" * 5000 + "}")
         delta = 0 if make is OpenAIChatDialect else 1  # the event carrying the member
@@ -346,8 +346,8 @@ def test_a_skipped_member_is_read_as_json_loads_without_the_int_digit_limit() ->
 
 def test_a_raw_lone_surrogate_in_event_data_is_read_the_same_both_ways() -> None:
     """msgspec must encode ``str`` data to UTF-8 and raises UnicodeEncodeError
-    on a lone surrogate; ``fitting()`` only catches DecodeError and
-    RecursionError, so the fast path lets UnicodeEncodeError (neither a
+    on a lone surrogate; were it not among ``NOT_FITTING`` (with DecodeError
+    and RecursionError), the fast path would let UnicodeEncodeError (neither a
     MalformedEvent nor a ProviderError) out of ``feed()``, while the general
     path (json.loads) reads the text (both dialects)."""
     differ = []

@@ -48,7 +48,7 @@
   events are ignored.
 
 Example:
-    >>> from rafrx.sse import ServerSentEvent
+    >>> from rafrx.sse import EventFields, ServerSentEvent, event_of
     >>> d = AnthropicDialect()
     >>> d.feed(ServerSentEvent("content_block_delta", '{"type": "content_block_delta", '
     ...     '"index": 0, "delta": {"type": "text_delta", "text": "Hi"}}'))
@@ -75,12 +75,12 @@ from rafrx.messages import CONTAINER_REF, PAUSE_TURN_REF, TEXT_REF, TOOL_USE_REF
 from rafrx.operators._split_legacy_delta import unique_call_id
 from rafrx.response import FinishReason
 from rafrx.sources.dialects._common import (
+    NOT_FITTING,
     as_int,
     as_str,
     end_marker,
     error_event,
     event_json,
-    fitting,
     get_object,
     load_object,
     malformed,
@@ -88,8 +88,9 @@ from rafrx.sources.dialects._common import (
     reasoning_delta,
     text_delta,
     tool_call_args,
+    typed_decoder,
 )
-from rafrx.sse import ServerSentEvent
+from rafrx.sse import EventFields, ServerSentEvent, event_of
 from rafrx.updates import (
     AgentResponseUpdate,
     Finish,
@@ -185,26 +186,27 @@ def _came_whole(block: _Block) -> bool:
 # event than dicts: python -m bench.json_decoders). Any other delta type, or a member
 # of another type, does not fit: the general path reads it into the same structs
 # where it can, so one method applies the rules (tests/sources/test_dialect_fast_paths.py).
+# (gc=False: a decoded tree holds no cycle, and untracked structs cost less to build.)
 
 
-class _TextDelta(msgspec.Struct, tag="text_delta"):
+class _TextDelta(msgspec.Struct, gc=False, tag="text_delta"):
     text: str | None = None
 
 
-class _InputJSONDelta(msgspec.Struct, tag="input_json_delta"):
+class _InputJSONDelta(msgspec.Struct, gc=False, tag="input_json_delta"):
     partial_json: str | None = None
 
 
-class _ThinkingDelta(msgspec.Struct, tag="thinking_delta"):
+class _ThinkingDelta(msgspec.Struct, gc=False, tag="thinking_delta"):
     thinking: str | None = None
 
 
-class _BlockDelta(msgspec.Struct, tag="content_block_delta"):
+class _BlockDelta(msgspec.Struct, gc=False, tag="content_block_delta"):
     index: int
     delta: _TextDelta | _InputJSONDelta | _ThinkingDelta
 
 
-_fit_block_delta = fitting(_BlockDelta)
+_decode_block_delta = typed_decoder(_BlockDelta)
 
 
 class AnthropicDialect:
@@ -246,13 +248,26 @@ class AnthropicDialect:
 
     def feed(self, event: ServerSentEvent) -> list[AgentResponseUpdate]:
         """Translate one event; see :class:`~rafrx.sources.dialects.Dialect`."""
+        return self._feed_fields((event.event, event.data, event.id, event.retry))
+
+    def _feed_fields(self, fields: EventFields) -> list[AgentResponseUpdate]:
+        """:meth:`feed` for an event given by its fields (:class:`UpdateDecoder
+        <rafrx.sources.UpdateDecoder>`'s way): a text, argument or thinking delta needs
+        no :class:`ServerSentEvent`; any other event is read from one."""
         if self._done:
             return []
+        if fields[0] == "content_block_delta":  # nearly every event: the typed path first
+            try:
+                typed = _decode_block_delta(fields[1])
+            except NOT_FITTING:  # another delta type, or an odd one: the general path
+                pass
+            else:
+                return self._content_delta(typed.index, typed.delta)
+        return self._general_event(event_of(fields))
+
+    def _general_event(self, event: ServerSentEvent) -> list[AgentResponseUpdate]:
+        """What :meth:`feed` returns for any event but a typed delta: read as dicts."""
         name = event.event
-        if name == "content_block_delta":  # nearly every event: the typed path first
-            fitted = _fit_block_delta(event.data)
-            if fitted is not None:
-                return self._content_delta(fitted.index, fitted.delta)
         if name == "error":
             raise self._failed(error_event(event))
         ended = end_marker(event)  # (blank data, or the [DONE] gateways add)

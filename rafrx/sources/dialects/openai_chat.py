@@ -51,7 +51,7 @@ contribute their choices and usage but not their (empty) id and model. An
 raises :class:`~rafrx.errors.ProviderError`.
 
 Example:
-    >>> from rafrx.sse import ServerSentEvent
+    >>> from rafrx.sse import EventFields, ServerSentEvent, event_of
     >>> d = OpenAIChatDialect()
     >>> d.feed(ServerSentEvent(data='{"id": "c1", "model": "m", '
     ...     '"choices": [{"index": 0, "delta": {"content": "Hi"}, "finish_reason": "stop"}]}'))
@@ -75,11 +75,11 @@ from rafrx.response import FinishReason
 from rafrx.sources.dialects._common import (
     CUSTOM_INPUT_HEAD,
     CUSTOM_INPUT_TAIL,
+    NOT_FITTING,
     as_int,
     as_str,
     error_event,
     event_json,
-    fitting,
     get_list,
     get_object,
     json_escaped,
@@ -89,8 +89,9 @@ from rafrx.sources.dialects._common import (
     provider_error,
     reasoning_delta,
     text_delta,
+    typed_decoder,
 )
-from rafrx.sse import ServerSentEvent
+from rafrx.sse import EventFields, ServerSentEvent, event_of
 from rafrx.updates import (
     AgentResponseUpdate,
     Finish,
@@ -129,15 +130,17 @@ cached_tokens=1)
 # dicts and walking them: python -m bench.json_decoders). A chunk that does not fit
 # (an error payload, content parts, arguments as an object, a float index, ...)
 # goes the general way, through ``load_object``; both give the same updates
-# (tests/sources/test_dialect_fast_paths.py).
+# (tests/sources/test_dialect_fast_paths.py). The structs are untracked by the
+# cyclic GC (gc=False: a decoded tree holds no cycle), which makes a chunk's decode
+# about 8% cheaper (10,400 → 9,500 instructions for a tool-call chunk).
 
 
-class _Function(msgspec.Struct):
+class _Function(msgspec.Struct, gc=False):
     name: str | None = None
     arguments: str | None = None
 
 
-class _ToolCall(msgspec.Struct):
+class _ToolCall(msgspec.Struct, gc=False):
     index: int | None = None
     id: str | None = None
     function: _Function | None = None
@@ -145,7 +148,7 @@ class _ToolCall(msgspec.Struct):
     extra_content: None = None  # (Gemini's signature: the general path keeps it)
 
 
-class _Delta(msgspec.Struct):
+class _Delta(msgspec.Struct, gc=False):
     content: str | None = None
     reasoning_content: str | None = None
     reasoning: str | None = None
@@ -159,17 +162,17 @@ class _Delta(msgspec.Struct):
     audio: None = None
 
 
-class _Choice(msgspec.Struct):
+class _Choice(msgspec.Struct, gc=False):
     index: int | None = None
     delta: _Delta | None = None
     finish_reason: str | None = None
     usage: None = None  # (Moonshot's usage, in the choice: the general path reads it)
 
 
-class _Chunk(msgspec.Struct):
-    id: str | None = None
-    model: str | None = None
-    object: str = _CHUNK
+class _Chunk(msgspec.Struct, gc=False):
+    """A chunk once the response's id and model were sent: they are skipped, not built
+    (a chunk then costs about 8% fewer instructions to decode: 9,500 → 8,700)."""
+
     choices: list[_Choice] | None = None
     usage: dict[str, Any] | None = None
     error: None = None  # an error payload does not fit: the general path raises it
@@ -179,7 +182,16 @@ class _Chunk(msgspec.Struct):
     error_code: None = None  # (FastChat's error payload: the general path raises it)
 
 
-_fit_chunk = fitting(_Chunk)
+class _FirstChunk(_Chunk, gc=False):
+    """A chunk until the response's id and model were sent."""
+
+    id: str | None = None
+    model: str | None = None
+    object: str = _CHUNK
+
+
+_decode_first = typed_decoder(_FirstChunk)
+_decode_chunk = typed_decoder(_Chunk)
 _tool_call_delta = slot_builder(ToolCallDelta)  # (cheaper than the class call)
 _NO_FUNCTION = _Function()
 
@@ -287,14 +299,19 @@ class OpenAIChatDialect:
 
     def feed(self, event: ServerSentEvent) -> list[AgentResponseUpdate]:
         """Translate one event; see :class:`~rafrx.sources.dialects.Dialect`."""
+        return self._feed_fields((event.event, event.data, event.id, event.retry))
+
+    def _feed_fields(self, fields: EventFields) -> list[AgentResponseUpdate]:
+        """:meth:`feed` for an event given by its fields (:class:`UpdateDecoder
+        <rafrx.sources.UpdateDecoder>`'s way): a chunk of the typed shape needs no
+        :class:`ServerSentEvent`; the general path builds one."""
         if self._done:
             return []
-        name = event.event
+        name, data, _, _ = fields
         if name == "error":
-            raise self._failed(error_event(event))
+            raise self._failed(error_event(event_of(fields)))
         if name not in ("message", ""):
             return []  # an unknown named event (e.g. a keep-alive): not a chunk
-        data = event.data
         if data[:1] != "{":  # not the usual chunk: blank, [DONE], or padded with spaces
             data = data.strip(_JSON_WHITESPACE)
             if not data:
@@ -302,9 +319,14 @@ class OpenAIChatDialect:
             if data == "[DONE]":
                 self._done = True
                 return self._end()
-        typed = _fit_chunk(data)
-        if typed is not None:
-            return self._typed_chunk(event, typed)
+        try:
+            typed = (_decode_chunk if self._meta_sent else _decode_first)(data)
+        except NOT_FITTING:  # not the usual chunk: the general path
+            return self._general_chunk(event_of(fields))
+        return self._typed_chunk(fields, typed)
+
+    def _general_chunk(self, event: ServerSentEvent) -> list[AgentResponseUpdate]:
+        """What :meth:`feed` returns for a chunk of any other shape: read as dicts."""
         chunk = load_object(event)
         error = chunk.get("error")
         if error is None and chunk.get("error_message") is not None:  # DeepInfra's, Venice's
@@ -345,10 +367,10 @@ class OpenAIChatDialect:
             self._usage = usage
         return out
 
-    def _typed_chunk(self, event: ServerSentEvent, chunk: _Chunk) -> list[AgentResponseUpdate]:
+    def _typed_chunk(self, fields: EventFields, chunk: _Chunk) -> list[AgentResponseUpdate]:
         """What :meth:`feed` returns for a chunk that fits the typed shape (same rules)."""
         out: list[AgentResponseUpdate] = []
-        if not self._meta_sent and chunk.object in _OBJECTS and (chunk.id or chunk.model):
+        if type(chunk) is _FirstChunk and chunk.object in _OBJECTS and (chunk.id or chunk.model):
             self._meta_sent = True
             out.append(ResponseMetadata(chunk.id or None, chunk.model or None))
         for choice in chunk.choices or ():
@@ -361,7 +383,7 @@ class OpenAIChatDialect:
                 continue
             reasoning = delta.reasoning_content or delta.reasoning
             if delta.reasoning_details:
-                detailed = self._add_details(event, delta.reasoning_details)
+                detailed = self._add_details(event_of(fields), delta.reasoning_details)
                 if delta.reasoning_content is None and delta.reasoning is None:
                     reasoning = detailed  # (MiniMax sends it there only)
             if reasoning:
@@ -372,7 +394,7 @@ class OpenAIChatDialect:
                 out.append(text_delta(delta.refusal))
             for call in delta.tool_calls or ():
                 if call.index is not None and call.index < 0:
-                    raise malformed(event, f"invalid tool call index {call.index!r}")
+                    raise malformed(event_of(fields), f"invalid tool call index {call.index!r}")
                 if self._custom and call.function is not None:  # as _tool_calls does
                     self._close_custom(call.index, out)
                 function = call.function or _NO_FUNCTION

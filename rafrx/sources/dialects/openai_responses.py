@@ -46,7 +46,7 @@ no ``event:`` line):
   the stream as the end of the input does.
 
 Example:
-    >>> from rafrx.sse import ServerSentEvent
+    >>> from rafrx.sse import EventFields, ServerSentEvent, event_of
     >>> d = OpenAIResponsesDialect()
     >>> d.feed(ServerSentEvent(data='{"type": "response.output_text.delta", "delta": "Hi"}'))
     [TextDelta(delta='Hi')]
@@ -87,7 +87,7 @@ from rafrx.sources.dialects._common import (
     provider_error,
     untagged,
 )
-from rafrx.sse import ServerSentEvent
+from rafrx.sse import EventFields, ServerSentEvent, event_of
 from rafrx.updates import (
     AgentResponseUpdate,
     Finish,
@@ -217,6 +217,12 @@ class OpenAIResponsesDialect:
         if handler is None:
             return []
         return handler(self, event, data)
+
+    def _feed_fields(self, fields: EventFields) -> list[AgentResponseUpdate]:
+        """:meth:`feed` for an event given by its fields (:class:`UpdateDecoder
+        <rafrx.sources.UpdateDecoder>`'s way); every event is read from a
+        :class:`ServerSentEvent`."""
+        return self.feed(event_of(fields))
 
     def salvage(self) -> list[AgentResponseUpdate]:
         """After the stream failed: the usage ``response.failed`` reported, if it did;
