@@ -212,6 +212,30 @@ class LegacyDeltaSplitter:
             return None  # maybe a new call: step() decides
         return slot.id
 
+    def opened_call(self, delta: ToolCallDelta) -> tuple[str, str] | None:
+        """The id and name of the call ``delta`` opens, when it names a call at an
+        index that has none and brings no arguments; else None, changing nothing.
+
+        For such a delta :meth:`step` returns just ``ToolCallStart(id, name)``,
+        and this does what it does, without building it (``convert()``'s fast
+        path).
+
+        Example:
+            >>> s = LegacyDeltaSplitter()
+            >>> s.opened_call(ToolCallDelta(0, id="a", name="f"))
+            ('a', 'f')
+            >>> s.opened_call(ToolCallDelta(0, id="b", name="g")) is None  # (step() decides)
+            True
+        """
+        name = delta.name
+        index = delta.index
+        if not name or delta.arguments_delta or index in self._slots or index < 0:
+            return None
+        slot = self._slots[index] = _Slot(delta.id or None)
+        slot.name = name
+        slot.named = 1  # (its first arguments: none)
+        return self._start(slot), name
+
     def finish(self) -> list[AgentResponseUpdate]:
         return self._end_all()
 
@@ -242,21 +266,28 @@ class LegacyDeltaSplitter:
         if delta.arguments_delta:
             slot.held.append(delta.arguments_delta)
         if slot.name is not None:
-            slot.started = True
-            if not slot.id:
-                slot.id = new_call_id()
-            elif slot.id in self._ids:
-                # Another call by that id (DeepSeek, GLM and Kimi may give parallel calls
-                # one id): one id each, for each to be answered apart.
-                slot.id = unique_call_id(slot.id, self._ids, self._suffixes)
-            self._ids.add(slot.id)
-            self._open.append(slot)
-            out.append(ToolCallStart(slot.id, slot.name))
+            call_id = self._start(slot)
+            out.append(ToolCallStart(call_id, slot.name))
             if slot.held:
-                out.append(ToolCallArgs(slot.id, "".join(slot.held)))
+                out.append(ToolCallArgs(call_id, "".join(slot.held)))
                 slot.held.clear()
-            out += _named_extras(slot, slot.id)
+            out += _named_extras(slot, call_id)
         return out
+
+    def _start(self, slot: _Slot) -> str:
+        """Start the call at ``slot``, now named: its id, unique within the response."""
+        slot.started = True
+        call_id = slot.id
+        if not call_id:
+            call_id = new_call_id()
+        elif call_id in self._ids:
+            # Another call by that id (DeepSeek, GLM and Kimi may give parallel calls
+            # one id): one id each, for each to be answered apart.
+            call_id = unique_call_id(call_id, self._ids, self._suffixes)
+        slot.id = call_id
+        self._ids.add(call_id)
+        self._open.append(slot)
+        return call_id
 
     def _end_all(self) -> list[AgentResponseUpdate]:
         for index, slot in self._slots.items():
