@@ -236,6 +236,31 @@ class LegacyDeltaSplitter:
         slot.named = 1  # (its first arguments: none)
         return self._start(slot), name
 
+    def end_calls(self) -> list[str]:
+        """End the calls this splitter started: the ids of the ``ToolCallEnd`` updates
+        that :meth:`step` emits first for a ``Finish``, in start order.
+
+        :meth:`step` then emits only the rest for the ``Finish`` (``convert()``'s
+        fast path ends the calls itself).
+
+        Example:
+            >>> from rafrx.response import FinishReason
+            >>> s = LegacyDeltaSplitter()
+            >>> _ = s.step(ToolCallDelta(0, id="a", name="f"))
+            >>> s.end_calls(), s.step(Finish(FinishReason.TOOL_CALLS))
+            (['a'], [Finish(finish_reason=<FinishReason.TOOL_CALLS: 'tool_calls'>, usage=None)])
+
+        Raises:
+            ProtocolError: A call sent arguments but never a name (as :meth:`step` raises).
+        """
+        for index, slot in self._slots.items():
+            _check_named(index, slot)
+        if not self._open:
+            return []
+        ended = [slot.id or "" for slot in self._open]
+        self._open.clear()
+        return ended
+
     def finish(self) -> list[AgentResponseUpdate]:
         return self._end_all()
 
@@ -290,12 +315,9 @@ class LegacyDeltaSplitter:
         return call_id
 
     def _end_all(self) -> list[AgentResponseUpdate]:
-        for index, slot in self._slots.items():
-            _check_named(index, slot)
-        out: list[AgentResponseUpdate] = [ToolCallEnd(slot.id or "") for slot in self._open]
+        out: list[AgentResponseUpdate] = [ToolCallEnd(call_id) for call_id in self.end_calls()]
         for slot in self._slots.values():  # (extras of a call that never came: kept all the same)
             out += _named_extras(slot, slot.id or new_call_id())
-        self._open.clear()
         self._slots.clear()
         self._ids.clear()
         self._suffixes.clear()

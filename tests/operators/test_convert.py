@@ -42,6 +42,7 @@ R = AgentResponseResult
 D = u.ToolCallDelta
 
 DEFAULT_LIMIT = 64 * 1024 * 1024
+LENGTH = FinishReason.LENGTH
 
 
 def piped(eager: bool = False, max_argument_chars: int = DEFAULT_LIMIT) -> Any:
@@ -355,6 +356,11 @@ def starts_and_ends(draw: st.DrawFn) -> list[Any]:
 )
 @example(  # its name again at a started index, with no arguments: not a new call
     updates=[D(0, "c", "f"), D(0, name="f"), D(0, arguments_delta="{}")], eager=False, limit=6
+)
+@example(  # a finish ending two calls, the first holding an emoji's first half
+    updates=[D(0, "c", "f"), D(1, "d", "g"), D(0, arguments_delta="\ud83d"), u.Finish(LENGTH)],
+    eager=True,
+    limit=DEFAULT_LIMIT,
 )
 @example(  # the end of a call holding an emoji's first half: it goes before the end
     updates=[u.ToolCallStart("a", "f"), u.ToolCallArgs("a", '"\ud83d'), u.ToolCallEnd("a")],
