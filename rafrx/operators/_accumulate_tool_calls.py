@@ -12,14 +12,20 @@ from rafrx.content import (
     ResponseMetadata,
     ToolCallArgsContent,
     ToolCalledContent,
-    ToolCallEndContent,
     ToolCallStartContent,
     UriContent,
     UsageContent,
 )
 from rafrx.errors import LimitExceeded, ProtocolError, ProviderError, error_text
 from rafrx.events import Event, FinishEvent, ResponseStartedEvent, ToolApprovalRequestEvent
-from rafrx.operators._builders import agent_result, args_content, reasoning_content, text_content
+from rafrx.operators._builders import (
+    agent_result,
+    args_content,
+    end_content,
+    reasoning_content,
+    start_content,
+    text_content,
+)
 from rafrx.operators._reducer import reducer_operator
 from rafrx.response import AgentResponseResult, FinishReason
 from rafrx.typing import Operator
@@ -135,6 +141,22 @@ class ToolCallAccumulator:
             )
         return args_content(call_id, args_delta, self._meta)
 
+    def start(self, call_id: str, name: str) -> ToolCallStartContent | None:
+        """The content for ``ToolCallStart(call_id, name)``, the call now open; None
+        for a duplicate start (what :meth:`step` does, without the match)."""
+        if call_id in self._calls:
+            return None  # a duplicate start
+        self._calls[call_id] = OpenCall(name)
+        return start_content(call_id, name, self._meta)
+
+    def end(self, call_id: str, call: OpenCall) -> tuple[Content, ...]:
+        """The contents for ``ToolCallEnd(call_id)`` of ``call``, open (what :meth:`step`
+        does, without the match): the high surrogate it held, if any (see
+        :meth:`_held_half`), then its end. The call is ended."""
+        call.ended = True
+        end = end_content(call_id, self._meta)
+        return (*self._held_half(call_id, call), end) if call.high else (end,)
+
     def text(self, delta: str) -> AgentResponseResult:
         """The result for ``TextDelta(delta)`` (what :meth:`step` returns, without the match)."""
         return self.result((text_content(delta, self._meta),))
@@ -154,17 +176,13 @@ class ToolCallAccumulator:
             case u.ReasoningDelta():
                 return (self.reasoning(update),)
             case u.ToolCallStart(call_id, name):
-                if call_id in self._calls:
-                    return ()  # a duplicate start
-                self._calls[call_id] = OpenCall(name)
-                return (self.result((ToolCallStartContent(call_id, name, meta=meta),)),)
+                start = self.start(call_id, name)
+                return () if start is None else (self.result((start,)),)
             case u.ToolCallEnd(call_id):
                 call = self._calls.get(call_id)
                 if call is None or call.ended:
                     return ()
-                call.ended = True
-                end = ToolCallEndContent(call_id, meta=meta)
-                return (self.result((*self._held_half(call_id, call), end)),)
+                return (self.result(self.end(call_id, call)),)
             case u.Usage(usage):
                 return (self.result((UsageContent(usage, meta=meta),)),)
             case u.Finish(reason, usage):

@@ -1,4 +1,4 @@
-"""Positional builders for the contents a stream makes on every chunk.
+"""Positional builders for the contents a stream makes on every chunk (and every tool call).
 
 Each builds the same object as the class call, taking every field in order
 (``meta`` included, which the class takes by keyword only): see
@@ -25,6 +25,8 @@ from rafrx.content import (
     ToolCallArgsContent,
     ToolCallArgsParsedContent,
     ToolCallArgsProgressContent,
+    ToolCallEndContent,
+    ToolCallStartContent,
 )
 from rafrx.events import Event
 from rafrx.response import AgentResponseResult, FinishReason
@@ -32,15 +34,23 @@ from rafrx.response import AgentResponseResult, FinishReason
 __all__ = [
     "agent_result",
     "args_content",
+    "end_content",
     "parsed_content",
     "progress_content",
     "reasoning_content",
+    "start_content",
     "text_content",
 ]
 
 text_content: Final[Callable[[str, ResponseMetadata], TextContent]] = slot_builder(TextContent)
 reasoning_content: Final[Callable[[str, ResponseMetadata, Any], ReasoningContent]] = slot_builder(
     ReasoningContent
+)
+start_content: Final[Callable[[str, str, ResponseMetadata], ToolCallStartContent]] = slot_builder(
+    ToolCallStartContent
+)
+end_content: Final[Callable[[str, ResponseMetadata], ToolCallEndContent]] = slot_builder(
+    ToolCallEndContent
 )
 args_content: Final[Callable[[str, str, ResponseMetadata], ToolCallArgsContent]] = slot_builder(
     ToolCallArgsContent

@@ -19,12 +19,23 @@ with fewer intermediate objects:
   consumes it and the Progress content is built right here, without the
   parser's callback and its list.
 
+A call's start and its end (a ``ToolCallStart``, a ``ToolCallDelta`` that
+names a call at a new wire index and brings no arguments, a ``ToolCallEnd`` of
+an open call holding no half of a character, and each of the ends the splitter
+emits before a ``Finish``) also take the stages' narrow methods: a start costs
+a quarter fewer instructions than through the chain (about 50k instead of 70k
+on ``chat/tools4-seq``), and it keeps the new call's state at once; a
+``Finish`` ending four calls costs 137k instead of 189k. None of the stages
+raises on a start or an end, so no result they make can be owed to an error.
+
 Everything else goes through the chain. An argument fragment of an open call
-is most of a tool-call stream, so after the first one a call's state in each
-stage (the accumulator's :class:`OpenCall`, the call's streaming parser, the
-flusher's kept fragments) is looked up once and kept in an :class:`_ArgumentRun`:
-the next fragments of that call cost one dictionary lookup. Any update that
-goes through the chain may change that state, so it drops every run.
+is most of a tool-call stream, so a call's state in each stage (the
+accumulator's :class:`OpenCall`, the call's streaming parser, the flusher's
+kept fragments) is looked up once, at its start or its first fragment, and
+kept in an :class:`_ArgumentRun`: the next fragments of that call cost one
+dictionary lookup. Any update that goes through the chain may change that
+state, so it drops every run; a start changes no other call's state, and an
+end drops only the ended call's runs.
 
 The flusher also notes the id and model of each result it passes, for the
 results it flushes; results of the fast paths carry the accumulator's, which
@@ -153,6 +164,9 @@ class Converter:
                 results = self._arguments(call_id, update.arguments_delta)
                 self._keep_run(call_id, self._by_index, update.index)
                 return results
+            opened = self._split.opened_call(update)
+            if opened is not None:
+                return self._start(*opened, self._by_index, update.index)
         elif type(update) is u.ToolCallArgs:
             run = self._by_id.get(update.id)
             if run is not None:
@@ -171,9 +185,16 @@ class Converter:
                     return ()
                 update = named
             return (self._accumulate.reasoning(update),)
-        self._by_id.clear()  # the chain may change any call's state
-        self._by_index.clear()
-        return self._chain.step(update)
+        elif type(update) is u.ToolCallStart:
+            return self._start(update.id, update.name, self._by_id, update.id)
+        elif type(update) is u.ToolCallEnd:
+            call = self._accumulate.open_call(update.id)
+            if call is not None and not call.high:  # (else: nothing, or a held half to parse)
+                self._drop_runs(update.id)
+                return self._end(update.id, call)
+        elif type(update) is u.Finish:
+            return self._finish(update)
+        return self._through_chain(update)
 
     def _arguments(self, call_id: str, args_delta: str) -> Sequence[AgentResponseResult]:
         try:
@@ -187,6 +208,67 @@ class Converter:
         contents += self._parse.parse(content)
         self._flush.arguments(content)
         return (self._accumulate.result(tuple(contents)),)
+
+    def _start(
+        self, call_id: str, name: str, runs: dict[_Key, _ArgumentRun], key: _Key
+    ) -> Sequence[AgentResponseResult]:
+        """``ToolCallStart(call_id, name)``, as the stages would take it; the new call's
+        state is kept for its fragments. The start of a call changes no other call's."""
+        content = self._accumulate.start(call_id, name)
+        if content is None:
+            return ()  # a duplicate start
+        result = self._accumulate.result((content,))  # (events: at most ResponseStarted)
+        self._parse.start(content)
+        self._flush.start(content)
+        self._keep_run(call_id, runs, key)
+        return (result,)
+
+    def _end(self, call_id: str, call: OpenCall) -> Sequence[AgentResponseResult]:
+        """``ToolCallEnd(call_id)`` of ``call``, open and holding no half of a character, as
+        the stages would take it. The end of a call changes no other call's state: drop
+        its runs first."""
+        result = self._accumulate.result(self._accumulate.end(call_id, call))  # (no events)
+        self._parse.end(call_id)
+        calling = self._flush.end(call_id)
+        if calling is None:
+            return (result,)
+        return (result, agent_result(result.id, result.model, None, (calling,), ()))
+
+    def _finish(self, update: u.Finish) -> Sequence[AgentResponseResult]:
+        """``update``: first the ends of the calls the splitter started (as :meth:`_end`
+        takes them when it can), then the rest through the chain."""
+        try:
+            ended = self._split.end_calls()
+        except Exception:
+            self._chain.raised(0)
+            raise
+        if not ended:
+            return self._through_chain(update)
+        self._by_id.clear()  # (the calls end, the chain then takes the finish)
+        self._by_index.clear()
+        results: list[AgentResponseResult] = []
+        for call_id in ended:
+            call = self._accumulate.open_call(call_id)
+            if call is not None and not call.high:
+                results += self._end(call_id, call)
+            else:  # (the splitter passes an end as it is)
+                results += self._through_chain(u.ToolCallEnd(call_id))
+        results += self._through_chain(update)
+        return results
+
+    def _through_chain(self, update: u.Update) -> Sequence[AgentResponseResult]:
+        self._by_id.clear()  # the chain may change any call's state
+        self._by_index.clear()
+        return self._chain.step(update)
+
+    def _drop_runs(self, call_id: str) -> None:
+        """Forget the state kept for ``call_id``'s fragments."""
+        self._by_id.pop(call_id, None)
+        by_index = self._by_index
+        for index, run in by_index.items():
+            if run.call_id == call_id:
+                del by_index[index]
+                break  # (a call has one wire index)
 
     def _keep_run(self, call_id: str, runs: dict[_Key, _ArgumentRun], key: _Key) -> None:
         """After a fragment went through the stages: keep the call's state for the next ones."""

@@ -186,6 +186,34 @@ class ToolCallFlusher:
         pending = self._calls.get(call_id)
         return None if pending is None or pending.ended else pending
 
+    def start(self, content: ToolCallStartContent) -> None:
+        """Keep the call ``content`` starts (what :meth:`step` does with it)."""
+        # An id may come back in the next LLM call: the ended call stays in _started.
+        call = self._calls[content.call_id] = KeptCall(content.call_id, content.name, content.meta)
+        if not self._eager:
+            self._started.append(call)
+
+    def end(self, call_id: str) -> Flushed | None:
+        """Mark a kept call's arguments complete (what :meth:`step` does at its end).
+
+        Returns:
+            Eagerly, the call flushed now; None when it waits for its LLM call's
+            finish (invalid arguments: cut short, or the model's mistake?), when
+            flushing is lazy, or when the call is not kept.
+        """
+        pending = self._calls.get(call_id)
+        if pending is None or pending.ended:
+            return None
+        pending.ended = True
+        if not self._eager:
+            return None
+        del self._calls[call_id]
+        calling = pending.calling()
+        if isinstance(calling, ToolCallingContent) and calling.error is not None:
+            self._deferred.append(pending)  # cut short, or just invalid?
+            return None
+        return self._eagerly(calling)
+
     def arguments(self, content: ToolCallArgsContent) -> None:
         """Keep an argument fragment (what :meth:`step` does with one).
 
@@ -213,22 +241,11 @@ class ToolCallFlusher:
             if isinstance(content, ToolCallArgsContent):
                 self.arguments(content)
             elif isinstance(content, ToolCallStartContent):
-                # An id may come back in the next LLM call: the ended call stays in _started.
-                call = KeptCall(content.call_id, content.name, content.meta)
-                self._calls[content.call_id] = call
-                if not self._eager:
-                    self._started.append(call)
+                self.start(content)
             elif isinstance(content, ToolCallEndContent):
-                pending = self._calls.get(content.call_id)
-                if pending is not None and not pending.ended:
-                    pending.ended = True
-                    if self._eager:
-                        del self._calls[pending.call_id]
-                        calling = pending.calling()
-                        if isinstance(calling, ToolCallingContent) and calling.error is not None:
-                            self._deferred.append(pending)  # cut short, or just invalid?
-                        else:
-                            flushed.append(self._eagerly(calling))
+                calling = self.end(content.call_id)
+                if calling is not None:
+                    flushed.append(calling)
             elif isinstance(content, ErrorContent):
                 failed = True
             elif isinstance(content, Flushed) and self._flushed_upstream(content):

@@ -70,9 +70,9 @@ class ArgsStreamParser:
                 has_args = True
                 break
             if isinstance(content, ToolCallStartContent):
-                self._parsers[content.call_id] = CallParser(content.call_id, content.meta)
+                self.start(content)
             elif isinstance(content, ToolCallEndContent):
-                self._parsers.pop(content.call_id, None)
+                self.end(content.call_id)
         if not has_args:
             return (result,)
         expanded: list[Content] = []
@@ -81,14 +81,22 @@ class ArgsStreamParser:
             if type(content) is ToolCallArgsContent:
                 expanded.extend(self.parse(content))
             elif type(content) is ToolCallStartContent:
-                self._parsers[content.call_id] = CallParser(content.call_id, content.meta)
+                self.start(content)
             elif type(content) is ToolCallEndContent:
-                self._parsers.pop(content.call_id, None)
+                self.end(content.call_id)
         return (
             AgentResponseResult(
                 result.id, result.model, result.finish_reason, expanded, result.events
             ),
         )
+
+    def start(self, content: ToolCallStartContent) -> None:
+        """A fresh parser for the call ``content`` starts (what :meth:`step` does with it)."""
+        self._parsers[content.call_id] = CallParser(content.call_id, content.meta)
+
+    def end(self, call_id: str) -> None:
+        """Forget the call's parser: its arguments ended (what :meth:`step` does at its end)."""
+        self._parsers.pop(call_id, None)
 
     def call(self, call_id: str) -> CallParser | None:
         """The parser of a call that has received arguments.

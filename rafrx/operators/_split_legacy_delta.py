@@ -212,6 +212,55 @@ class LegacyDeltaSplitter:
             return None  # maybe a new call: step() decides
         return slot.id
 
+    def opened_call(self, delta: ToolCallDelta) -> tuple[str, str] | None:
+        """The id and name of the call ``delta`` opens, when it names a call at an
+        index that has none and brings no arguments; else None, changing nothing.
+
+        For such a delta :meth:`step` returns just ``ToolCallStart(id, name)``,
+        and this does what it does, without building it (``convert()``'s fast
+        path).
+
+        Example:
+            >>> s = LegacyDeltaSplitter()
+            >>> s.opened_call(ToolCallDelta(0, id="a", name="f"))
+            ('a', 'f')
+            >>> s.opened_call(ToolCallDelta(0, id="b", name="g")) is None  # (step() decides)
+            True
+        """
+        name = delta.name
+        index = delta.index
+        if not name or delta.arguments_delta or index in self._slots or index < 0:
+            return None
+        slot = self._slots[index] = _Slot(delta.id or None)
+        slot.name = name
+        slot.named = 1  # (its first arguments: none)
+        return self._start(slot), name
+
+    def end_calls(self) -> list[str]:
+        """End the calls this splitter started: the ids of the ``ToolCallEnd`` updates
+        that :meth:`step` emits first for a ``Finish``, in start order.
+
+        :meth:`step` then emits only the rest for the ``Finish`` (``convert()``'s
+        fast path ends the calls itself).
+
+        Example:
+            >>> from rafrx.response import FinishReason
+            >>> s = LegacyDeltaSplitter()
+            >>> _ = s.step(ToolCallDelta(0, id="a", name="f"))
+            >>> s.end_calls(), s.step(Finish(FinishReason.TOOL_CALLS))
+            (['a'], [Finish(finish_reason=<FinishReason.TOOL_CALLS: 'tool_calls'>, usage=None)])
+
+        Raises:
+            ProtocolError: A call sent arguments but never a name (as :meth:`step` raises).
+        """
+        for index, slot in self._slots.items():
+            _check_named(index, slot)
+        if not self._open:
+            return []
+        ended = [slot.id or "" for slot in self._open]
+        self._open.clear()
+        return ended
+
     def finish(self) -> list[AgentResponseUpdate]:
         return self._end_all()
 
@@ -242,33 +291,37 @@ class LegacyDeltaSplitter:
         if delta.arguments_delta:
             slot.held.append(delta.arguments_delta)
         if slot.name is not None:
-            slot.started = True
-            if not slot.id:
-                slot.id = new_call_id()
-            elif slot.id in self._ids:
-                # Another call by that id (DeepSeek, GLM and Kimi may give parallel calls
-                # one id): one id each, for each to be answered apart.
-                slot.id = unique_call_id(slot.id, self._ids, self._suffixes)
-            self._ids.add(slot.id)
-            self._open.append(slot)
-            out.append(ToolCallStart(slot.id, slot.name))
+            call_id = self._start(slot)
+            out.append(ToolCallStart(call_id, slot.name))
             if slot.held:
-                out.append(ToolCallArgs(slot.id, "".join(slot.held)))
+                out.append(ToolCallArgs(call_id, "".join(slot.held)))
                 slot.held.clear()
             if slot.extras:
-                out += _named_extras(slot, slot.id)
+                out += _named_extras(slot, call_id)
         return out
+
+    def _start(self, slot: _Slot) -> str:
+        """Start the call at ``slot``, now named: its id, unique within the response."""
+        slot.started = True
+        call_id = slot.id
+        if not call_id:
+            call_id = new_call_id()
+        elif call_id in self._ids:
+            # Another call by that id (DeepSeek, GLM and Kimi may give parallel calls
+            # one id): one id each, for each to be answered apart.
+            call_id = unique_call_id(call_id, self._ids, self._suffixes)
+        slot.id = call_id
+        self._ids.add(call_id)
+        self._open.append(slot)
+        return call_id
 
     def _end_all(self) -> list[AgentResponseUpdate]:
         if not (self._slots or self._open):  # (at the finish after a Finish: nothing open)
             return []
-        for index, slot in self._slots.items():
-            _check_named(index, slot)
-        out: list[AgentResponseUpdate] = [ToolCallEnd(slot.id or "") for slot in self._open]
+        out: list[AgentResponseUpdate] = [ToolCallEnd(call_id) for call_id in self.end_calls()]
         for slot in self._slots.values():  # (extras of a call that never came: kept all the same)
             if slot.extras:
                 out += _named_extras(slot, slot.id or new_call_id())
-        self._open.clear()
         self._slots.clear()
         self._ids.clear()
         self._suffixes.clear()

@@ -11,7 +11,7 @@ from unittest import mock
 import attrs
 import pytest
 import reactivex
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from reactivex import operators as rx_ops
 
@@ -26,6 +26,7 @@ from rafrx.content import (
 from rafrx.errors import IncompleteStream, ProviderError
 from rafrx.events import FinishEvent, ResponseStartedEvent
 from rafrx.messages import ChatMessage, MessageRole, ToolCall
+from rafrx.operators._convert import Converter
 from rafrx.response import AgentResponse, AgentResponseResult, FinishReason, Usage
 from tests.operators import apart, contents, marble, run, subscribed
 from tests.strategies import (
@@ -41,6 +42,7 @@ R = AgentResponseResult
 D = u.ToolCallDelta
 
 DEFAULT_LIMIT = 64 * 1024 * 1024
+LENGTH = FinishReason.LENGTH
 
 
 def piped(eager: bool = False, max_argument_chars: int = DEFAULT_LIMIT) -> Any:
@@ -316,6 +318,103 @@ def test_convert_equals_the_four_operators_piped(
     updates: list[Any], eager: bool, limit: int
 ) -> None:
     assert outcome(updates, ops.convert(eager, limit)) == outcome(updates, piped(eager, limit))
+
+
+@st.composite
+def starts_and_ends(draw: st.DrawFn) -> list[Any]:
+    """Calls starting and ending (duplicates, unknown ids, reused wire indexes, ends
+    after an emoji's first half), with fragments and the odd other update between:
+    convert() takes the usual starts and ends without the chain."""
+    ids = st.sampled_from(["a", "b", "c"])
+    fragment = st.sampled_from(["", "", '{"k": "v', '"}', "1}", "\ud83d", "\ude00", "{}"])
+    delta = st.builds(
+        D,
+        st.sampled_from([0, 0, 1, 2, -1]),
+        st.none() | st.sampled_from(["", "a", "x"]),
+        st.none() | st.none() | st.sampled_from(["", "f", "g"]),
+        fragment,
+    )
+    lifecycle = st.one_of(
+        st.builds(u.ToolCallStart, ids, st.sampled_from(["f", "g"])),
+        st.builds(u.ToolCallEnd, ids),
+        st.builds(u.ToolCallArgs, ids, fragment),
+        delta,
+    )
+    other = st.one_of(
+        st.builds(u.TextDelta, st.just("t")),
+        st.builds(u.ResponseMetadata, st.none() | st.just("r"), st.none() | st.just("m")),
+        st.builds(u.Finish, st.sampled_from([FinishReason.TOOL_CALLS, FinishReason.LENGTH])),
+    )
+    head: list[Any] = [u.ToolCallStart("a", "f"), u.ToolCallStart("b", "g"), D(0, "c", "f")]
+    weighted = st.sampled_from([0, 0, 0, 0, 0, 1]).flatmap(lambda k: lifecycle if k == 0 else other)
+    return head[: draw(st.sampled_from([0, 3, 3]))] + draw(st.lists(weighted, max_size=30))
+
+
+@settings(max_examples=300, deadline=None)
+@example(  # a fragment at the wire index of a call that has ended: not that call's any more
+    updates=[D(0, "c", "f"), u.ToolCallEnd("c"), D(0, arguments_delta="{}")], eager=False, limit=6
+)
+@example(  # its name again at a started index, with no arguments: not a new call
+    updates=[D(0, "c", "f"), D(0, name="f"), D(0, arguments_delta="{}")], eager=False, limit=6
+)
+@example(  # a finish ending two calls, the first holding an emoji's first half
+    updates=[D(0, "c", "f"), D(1, "d", "g"), D(0, arguments_delta="\ud83d"), u.Finish(LENGTH)],
+    eager=True,
+    limit=DEFAULT_LIMIT,
+)
+@example(  # the end of a call holding an emoji's first half: it goes before the end
+    updates=[u.ToolCallStart("a", "f"), u.ToolCallArgs("a", '"\ud83d'), u.ToolCallEnd("a")],
+    eager=True,
+    limit=DEFAULT_LIMIT,
+)
+@given(updates=starts_and_ends(), eager=st.booleans(), limit=st.sampled_from([DEFAULT_LIMIT, 6]))
+def test_convert_equals_piped_on_starts_and_ends(
+    updates: list[Any], eager: bool, limit: int
+) -> None:
+    assert outcome(updates, ops.convert(eager, limit)) == outcome(updates, piped(eager, limit))
+
+
+class _CountedChain:
+    """A converter's chain, counting the updates that go through it."""
+
+    def __init__(self, chain: Any) -> None:
+        self.chain = chain
+        self.stepped: list[str] = []
+
+    def step(self, update: Any) -> Any:
+        self.stepped.append(type(update).__name__)
+        return self.chain.step(update)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.chain, name)
+
+
+@pytest.mark.parametrize("legacy", [False, True], ids=["ToolCallStart", "ToolCallDelta"])
+def test_the_usual_starts_ends_and_fragments_skip_the_chain(legacy: bool) -> None:
+    """Only the metadata and the finish of a usual tool-call stream go through the chain
+    (so a slip cannot quietly make the fast paths dead code)."""
+    updates: list[Any] = [u.ResponseMetadata("r", "m")]
+    for index, call_id in enumerate(["c1", "c2"]):
+        if legacy:
+            updates += [
+                D(index, call_id, "f", ""),
+                D(index, arguments_delta='{"k": '),
+                D(index, arguments_delta="1}"),
+            ]
+        else:
+            updates += [
+                u.ToolCallStart(call_id, "f"),
+                u.ToolCallArgs(call_id, '{"k": '),
+                u.ToolCallArgs(call_id, "1}"),
+                u.ToolCallEnd(call_id),
+            ]
+    updates.append(u.Finish(FinishReason.TOOL_CALLS))
+    converter = Converter()
+    counted = _CountedChain(converter._chain)
+    converter._chain = counted  # type: ignore[assignment]
+    results = [r for x in updates for r in converter.step(x)] + list(converter.finish())
+    assert counted.stepped == ["ResponseMetadata", "Finish"]
+    assert outcome(updates, ops.convert())[0] == results
 
 
 @settings(max_examples=50, deadline=None)
