@@ -27,15 +27,15 @@ from typing import TYPE_CHECKING
 # The stages are imported here, once, not in each factory: an import statement run in
 # a function costs about 3.7 µs a call (convert() and aggregate() ran three a stream,
 # about 11 µs: an eighth of a two-event stream).
-from rafrx.operators._accumulate_tool_calls import accumulate_tool_calls as _accumulate
-from rafrx.operators._aggregate import aggregate as _aggregate
+from rafrx.operators._accumulate_tool_calls import accumulate_tool_calls as _accumulate_operator
+from rafrx.operators._aggregate import aggregate as _aggregate_operator
 from rafrx.operators._convert import Converter
-from rafrx.operators._execute_tools import execute_tools as _execute_tools
-from rafrx.operators._flush_tool_calls import flush_tool_calls as _flush
+from rafrx.operators._execute_tools import execute_tools as _execute_tools_operator
+from rafrx.operators._flush_tool_calls import flush_tool_calls as _flush_operator
 from rafrx.operators._inputs import not_a_source
-from rafrx.operators._parse_args_stream import parse_args_stream as _parse
+from rafrx.operators._parse_args_stream import parse_args_stream as _parse_operator
 from rafrx.operators._reducer import reducer_operator
-from rafrx.operators._split_legacy_delta import split_legacy_delta as _split
+from rafrx.operators._split_legacy_delta import split_legacy_delta as _split_operator
 from rafrx.typing import Operator
 
 if TYPE_CHECKING:
@@ -87,7 +87,7 @@ def split_legacy_delta() -> Operator[Update, AgentResponseUpdate]:
         >>> [type(x).__name__ for x in out]
         ['ToolCallStart', 'ToolCallArgs', 'ToolCallEnd']
     """
-    return _split()
+    return _split_operator()
 
 
 def accumulate_tool_calls(
@@ -121,7 +121,7 @@ def accumulate_tool_calls(
         ((TextContent(text='Hi'),), 'ResponseStartedEvent')
     """
     not_a_source(max_argument_chars, "accumulate_tool_calls")
-    return _accumulate(max_argument_chars)
+    return _accumulate_operator(max_argument_chars)
 
 
 def parse_args_stream() -> Operator[AgentResponseResult, AgentResponseResult]:
@@ -150,7 +150,7 @@ def parse_args_stream() -> Operator[AgentResponseResult, AgentResponseResult]:
         >>> out[-1].contents[-1]
         ToolCallArgsParsedContent(call_id='c', name='n', value=1)
     """
-    return _parse()
+    return _parse_operator()
 
 
 def flush_tool_calls(eager: bool = False) -> Operator[AgentResponseResult, AgentResponseResult]:
@@ -191,7 +191,7 @@ def flush_tool_calls(eager: bool = False) -> Operator[AgentResponseResult, Agent
         (ToolCallingContent(call_id='c', name='f', arguments={}, raw_arguments='', error=None),)
     """
     not_a_source(eager, "flush_tool_calls")
-    return _flush(eager)
+    return _flush_operator(eager)
 
 
 def convert(
@@ -257,7 +257,7 @@ def aggregate(agent_id: str | None = None) -> Operator[AgentResponseResult, Agen
         'Hi'
     """
     not_a_source(agent_id, "aggregate")
-    return _aggregate(agent_id)
+    return _aggregate_operator(agent_id)
 
 
 def execute_tools(
@@ -334,7 +334,7 @@ def execute_tools(
         ToolCalledContent(call_id='c2', result=None, error="invalid arguments for tool 'add': missing required argument 'b'")
     """  # noqa: E501
     not_a_source(tools, "execute_tools")
-    return _execute_tools(
+    return _execute_tools_operator(
         tools,
         approver,
         concurrency=concurrency,
